@@ -1,0 +1,63 @@
+# srp-ublk tasks. `just test` is what CI runs (.ci/run); `just demo` is the main job.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+lab := "tests/lab/lab.sh"
+
+# list the recipes
+default:
+    @just --list
+
+# release build of the srp-ublk binary (what the lab puts in the guest)
+build:
+    cargo build --release --locked
+
+# formatting, clippy, unit tests, fuzz smoke, the lab selftest and the lab's end-to-end suite
+test: fmt-check clippy unit fuzz-smoke lab-selftest lab-test
+
+# cargo fmt --check
+fmt-check:
+    cargo fmt --all -- --check
+
+# clippy on every target, warnings are errors
+clippy:
+    cargo clippy --locked --all-targets -- -D warnings
+
+# unit, property and host integration tests
+unit:
+    cargo test --locked
+
+# boot the lab and run FILE (a shell script) in the guest; exits with the script's status
+lab-run FILE: build
+    bash {{lab}} run "$(cd '{{invocation_directory()}}' && realpath '{{FILE}}')"
+
+# the end-to-end suite in the lab; prints "N passed, N failed" (LAB_ONLY=name runs a subset)
+lab-test: build
+    bash {{lab}} test
+
+# proves lab-run propagates a guest script's exit status
+lab-selftest: build
+    bash {{lab}} selftest
+
+# download/unpack the kernel and build the cached base initramfs
+lab-image:
+    bash {{lab}} image
+
+# boot the lab and show srp-ublk's target and the reference attach working
+demo: build
+    bash {{lab}} demo
+
+# run each fuzz target for SECS seconds (cargo-fuzz, nightly)
+fuzz SECS="60": fuzz-setup
+    for t in $(cargo +nightly fuzz list); do cargo +nightly fuzz run "$t" -- -max_total_time={{SECS}} -rss_limit_mb=2048; done
+
+# a short run of every fuzz target over its committed corpus (what CI runs)
+fuzz-smoke: fuzz-setup
+    for t in $(cargo +nightly fuzz list); do cargo +nightly fuzz run "$t" -- -max_total_time=20 -rss_limit_mb=2048; done
+
+# install cargo-fuzz when missing
+fuzz-setup:
+    @command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+
+# criterion benchmarks of the wire codecs
+bench-wire:
+    cargo bench --bench wire

@@ -1,0 +1,87 @@
+//! `srp-ublk target parse|rules`: check target strings the way ib_srp and srp_daemon read them.
+
+use anyhow::Context;
+use clap::Subcommand;
+use srp_ublk::wire::target::{hex16, Rules, TargetSpec, Transport, DEFAULT_INITIATOR_EXT};
+
+/// `srp-ublk target ...`
+#[derive(Debug, Subcommand)]
+pub enum TargetCmd {
+    /// Parse a target string and print its normalized form and the SRP port identifiers.
+    Parse {
+        /// An ib_srp add_target string or an `srp_daemon -o` line, e.g.
+        /// "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555".
+        target: String,
+    },
+    /// Apply an srp_daemon.conf-style rules file to target strings (one per argument or stdin line).
+    Rules {
+        /// The rules file (srp_daemon.conf syntax).
+        file: std::path::PathBuf,
+        /// Target strings; read from stdin, one per line, when none are given.
+        targets: Vec<String>,
+    },
+}
+
+/// Runs `srp-ublk target ...`.
+pub fn run(cmd: TargetCmd) -> anyhow::Result<()> {
+    match cmd {
+        TargetCmd::Parse { target } => {
+            let t = TargetSpec::parse(&target)?;
+            print!("{}", describe(&t));
+            Ok(())
+        }
+        TargetCmd::Rules { file, targets } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read rules file {}", file.display()))?;
+            let rules = Rules::parse(&text).with_context(|| format!("in {}", file.display()))?;
+            let lines: Vec<String> = if targets.is_empty() {
+                std::io::stdin().lines().collect::<Result<_, _>>()?
+            } else {
+                targets
+            };
+            for line in lines.iter().filter(|l| !l.trim().is_empty()) {
+                let t = TargetSpec::parse(line)?;
+                match rules.apply(&t)? {
+                    Some(t) => println!("{t}"),
+                    None => eprintln!("disallowed by {}: {t}", file.display()),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The human-readable description `target parse` prints.
+pub fn describe(t: &TargetSpec) -> String {
+    let mut s = format!("normalized: {t}\n");
+    match t.transport {
+        Transport::RdmaCm { dest, src } => {
+            s += "transport: RDMA/CM (RDMA_PS_TCP)\n";
+            s += &format!("dest: {dest}\n");
+            if let Some(src) = src {
+                s += &format!("src: {src}\n");
+            }
+        }
+        Transport::IbCm {
+            pkey,
+            service_id,
+            dgid,
+        } => {
+            s += "transport: IB CM (needs an InfiniBand fabric)\n";
+            s += &format!(
+                "dgid: {}\npkey: {pkey:04x}\nservice_id: {service_id:016x}\n",
+                hex16(&dgid)
+            );
+        }
+    }
+    let ext = t.opts.initiator_ext.unwrap_or(DEFAULT_INITIATOR_EXT);
+    let src = if t.opts.initiator_ext.is_some() {
+        "from the target string"
+    } else {
+        "srp-ublk default"
+    };
+    s += &format!("target_port_id: {}\n", hex16(&t.target_port_id()));
+    s += &format!("initiator_ext: {ext:016x} ({src})\n");
+    s += "initiator_port_id: initiator_ext || local port GUID (interface id of GID 0)\n";
+    s
+}

@@ -1,0 +1,711 @@
+//! Target strings in the syntax SRP users already have.
+//!
+//! - ib_srp's `add_target` strings (`drivers/infiniband/ulp/srp/ib_srp.c`, `srp_parse_options`): every
+//!   option, the same validity rules, the same two mandatory sets (`id_ext,ioc_guid,dgid,pkey,
+//!   service_id` for the IB CM, `id_ext,ioc_guid,dest` for RDMA/CM).
+//! - The lines `srp_daemon -o` prints, which are such strings.
+//! - `/etc/srp_daemon.conf` rule lines (`a`/`d`, conditions, options appended on allow; first match
+//!   wins; no match allows, as srp_daemon does).
+//!
+//! Errors quote the offending token and say what was expected.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+/// SRP r16a I/O class (the default): port ids are ext || guid.
+pub const IO_CLASS_REV16A: u16 = 0x0100;
+/// SRP r10 I/O class: port id halves swapped.
+pub const IO_CLASS_REV10: u16 = 0xff00;
+/// The initiator_ext srp-ublk logs in with when the target string sets none. The kernel's ib_srp
+/// uses 0, and a SINGLE login from the same initiator port id tears the other's session down, so
+/// srp-ublk's default differs: both initiators can share a port and a target.
+pub const DEFAULT_INITIATOR_EXT: u64 = 1;
+/// The kernel's SG_MAX_SEGMENTS, ib_srp's limit for sg_tablesize.
+pub const SG_MAX_SEGMENTS: u32 = 2048;
+
+/// A target string that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad target string: '{token}': {problem}")]
+pub struct TargetError {
+    /// The token (or a summary of what is missing).
+    pub token: String,
+    /// What was expected.
+    pub problem: String,
+}
+
+fn err(token: &str, problem: impl Into<String>) -> TargetError {
+    TargetError {
+        token: token.to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// Options beyond the target's identity, with ib_srp's names. `None` means ib_srp's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TargetOptions {
+    /// Maximum sectors per command.
+    pub max_sect: Option<u32>,
+    /// Maximum commands per LUN.
+    pub max_cmd_per_lun: Option<u32>,
+    /// Maximum commands the target can queue.
+    pub target_can_queue: Option<u32>,
+    /// I/O class: 0x0100 (r16a) or 0xff00 (r10).
+    pub io_class: Option<u16>,
+    /// initiator_ext: the first half of our initiator port id.
+    pub initiator_ext: Option<u64>,
+    /// Descriptors carried inside an SRP_CMD (1..=255).
+    pub cmd_sg_entries: Option<u32>,
+    /// Whether the target may fetch descriptor tables that do not fit in the IU.
+    pub allow_ext_sg: Option<bool>,
+    /// Maximum scatter/gather entries per command.
+    pub sg_tablesize: Option<u32>,
+    /// Completion vector.
+    pub comp_vector: Option<u32>,
+    /// Transport retry count (2..=7).
+    pub tl_retry_count: Option<u32>,
+    /// Commands in flight per channel.
+    pub queue_size: Option<u32>,
+    /// Maximum initiator-to-target IU size.
+    pub max_it_iu_size: Option<u32>,
+    /// Number of channels.
+    pub ch_count: Option<u32>,
+}
+
+/// A parsed target: identity, how to reach it, options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetSpec {
+    /// id_ext (identifier extension of the target port).
+    pub id_ext: u64,
+    /// ioc_guid (I/O controller GUID).
+    pub ioc_guid: u64,
+    /// How the login travels (RDMA/CM when `dest=` is given, as in ib_srp; else the IB CM).
+    pub transport: Transport,
+    /// Everything else.
+    pub opts: TargetOptions,
+}
+
+/// How the login travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// RDMA/CM (RoCE, iWARP, IB with IP addressing): `dest=ip:port`.
+    RdmaCm {
+        /// Where the target listens.
+        dest: SocketAddr,
+        /// Local address to bind, if given.
+        src: Option<IpAddr>,
+    },
+    /// The IB CM: `dgid`, `pkey`, `service_id`.
+    IbCm {
+        /// Destination GID.
+        dgid: [u8; 16],
+        /// Partition key.
+        pkey: u16,
+        /// Service id.
+        service_id: u64,
+    },
+}
+
+const KNOWN: &str = "id_ext, ioc_guid, dgid, pkey, service_id, dest, src, max_sect, \
+    max_cmd_per_lun, target_can_queue, io_class, initiator_ext, cmd_sg_entries, allow_ext_sg, \
+    sg_tablesize, comp_vector, tl_retry_count, queue_size, max_it_iu_size, ch_count";
+
+/// kstrtoull(.., 16): optional 0x, 1 to 16 hex digits.
+fn parse_hex_u64(tok: &str, v: &str) -> Result<u64, TargetError> {
+    let digits = v
+        .strip_prefix("0x")
+        .or_else(|| v.strip_prefix("0X"))
+        .unwrap_or(v);
+    if digits.is_empty() || digits.len() > 16 || !digits.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(err(
+            tok,
+            "expected up to 16 hex digits (e.g. 000000fffe770001)",
+        ));
+    }
+    u64::from_str_radix(digits, 16).map_err(|_| err(tok, "expected up to 16 hex digits"))
+}
+
+/// match_int with a lower and upper bound.
+fn parse_int(tok: &str, v: &str, min: u32, max: u32) -> Result<u32, TargetError> {
+    let n: i64 = v
+        .parse()
+        .map_err(|_| err(tok, "expected a decimal number"))?;
+    if n < i64::from(min) || n > i64::from(max) {
+        return Err(err(tok, format!("must be between {min} and {max}")));
+    }
+    Ok(n as u32)
+}
+
+fn parse_dgid(tok: &str, v: &str) -> Result<[u8; 16], TargetError> {
+    if v.len() != 32 || !v.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(err(
+            tok,
+            "expected a GID of exactly 32 hex digits (e.g. fe800000000000000002c90300a0b1c2)",
+        ));
+    }
+    let mut g = [0u8; 16];
+    for (i, b) in g.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&v[2 * i..2 * i + 2], 16).map_err(|_| err(tok, "bad hex"))?;
+    }
+    Ok(g)
+}
+
+/// `ip:port` or `[ipv6]:port`; the port is mandatory (as in ib_srp).
+fn parse_dest(tok: &str, v: &str) -> Result<SocketAddr, TargetError> {
+    if let Ok(sa) = v.parse::<SocketAddr>() {
+        return Ok(sa);
+    }
+    if v.parse::<IpAddr>().is_ok()
+        || v.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+            .is_ok()
+    {
+        return Err(err(
+            tok,
+            "the port is missing: use dest=IP:PORT (LIO's RDMA/CM port is often 5555)",
+        ));
+    }
+    Err(err(tok, "expected IP:PORT or [IPv6]:PORT"))
+}
+
+fn parse_src(tok: &str, v: &str) -> Result<IpAddr, TargetError> {
+    if let Ok(ip) = v
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
+        return Ok(ip);
+    }
+    v.parse::<SocketAddr>()
+        .map(|s| s.ip())
+        .map_err(|_| err(tok, "expected an IP address"))
+}
+
+impl TargetOptions {
+    /// Applies one `key=value` option; returns false if `key` is not an option of this kind.
+    fn apply(&mut self, tok: &str, key: &str, v: &str) -> Result<bool, TargetError> {
+        let pos = |min| parse_int(tok, v, min, i32::MAX as u32);
+        match key {
+            "max_sect" => self.max_sect = Some(pos(1)?),
+            "max_cmd_per_lun" => self.max_cmd_per_lun = Some(pos(1)?),
+            "target_can_queue" => self.target_can_queue = Some(pos(1)?),
+            "queue_size" => self.queue_size = Some(pos(1)?),
+            "ch_count" => self.ch_count = Some(pos(1)?),
+            "comp_vector" => self.comp_vector = Some(pos(0)?),
+            "max_it_iu_size" => self.max_it_iu_size = Some(pos(0)?),
+            "cmd_sg_entries" => self.cmd_sg_entries = Some(parse_int(tok, v, 1, 255)?),
+            "sg_tablesize" => self.sg_tablesize = Some(parse_int(tok, v, 1, SG_MAX_SEGMENTS)?),
+            "tl_retry_count" => self.tl_retry_count = Some(parse_int(tok, v, 2, 7)?),
+            "allow_ext_sg" => {
+                let n: i64 = v.parse().map_err(|_| err(tok, "expected 0 or 1"))?;
+                self.allow_ext_sg = Some(n != 0);
+            }
+            "initiator_ext" => self.initiator_ext = Some(parse_hex_u64(tok, v)?),
+            "io_class" => {
+                let digits = v.trim_start_matches("0x").trim_start_matches("0X");
+                let c = u32::from_str_radix(digits, 16).map_err(|_| err(tok, "expected hex"))?;
+                if c != u32::from(IO_CLASS_REV10) && c != u32::from(IO_CLASS_REV16A) {
+                    return Err(err(
+                        tok,
+                        "unknown I/O class: use 100 (SRP r16a) or ff00 (SRP r10)",
+                    ));
+                }
+                self.io_class = Some(c as u16);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `key=value` pairs of the options that are set, in ib_srp's order.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        let mut num = |k: &'static str, o: Option<u32>| {
+            if let Some(n) = o {
+                v.push((k, n.to_string()));
+            }
+        };
+        num("max_sect", self.max_sect);
+        num("max_cmd_per_lun", self.max_cmd_per_lun);
+        num("target_can_queue", self.target_can_queue);
+        if let Some(c) = self.io_class {
+            v.push(("io_class", format!("{c:x}")));
+        }
+        if let Some(e) = self.initiator_ext {
+            v.push(("initiator_ext", format!("{e:016x}")));
+        }
+        let mut num = |k: &'static str, o: Option<u32>| {
+            if let Some(n) = o {
+                v.push((k, n.to_string()));
+            }
+        };
+        num("cmd_sg_entries", self.cmd_sg_entries);
+        num("allow_ext_sg", self.allow_ext_sg.map(u32::from));
+        num("sg_tablesize", self.sg_tablesize);
+        num("comp_vector", self.comp_vector);
+        num("tl_retry_count", self.tl_retry_count);
+        num("queue_size", self.queue_size);
+        num("max_it_iu_size", self.max_it_iu_size);
+        num("ch_count", self.ch_count);
+        v
+    }
+}
+
+impl TargetSpec {
+    /// Parses an ib_srp `add_target` string (or an `srp_daemon -o` line). Options are separated by
+    /// commas or newlines; empty ones are skipped; a later value replaces an earlier one, as in
+    /// ib_srp.
+    pub fn parse(s: &str) -> Result<Self, TargetError> {
+        let (mut id_ext, mut ioc_guid) = (None, None);
+        let (mut dgid, mut pkey, mut service_id) = (None, None, None);
+        let (mut dest, mut src) = (None, None);
+        let mut opts = TargetOptions::default();
+        for raw in s.split([',', '\n']) {
+            let tok = raw.trim();
+            if tok.is_empty() {
+                continue;
+            }
+            let Some((key, v)) = tok.split_once('=') else {
+                return Err(err(tok, format!("expected key=value; known keys: {KNOWN}")));
+            };
+            if v.is_empty() {
+                return Err(err(tok, format!("the value of {key} is missing")));
+            }
+            match key {
+                "id_ext" => id_ext = Some(parse_hex_u64(tok, v)?),
+                "ioc_guid" => ioc_guid = Some(parse_hex_u64(tok, v)?),
+                "dgid" => dgid = Some(parse_dgid(tok, v)?),
+                "pkey" => {
+                    let p = u32::from_str_radix(v.trim_start_matches("0x"), 16)
+                        .ok()
+                        .filter(|&p| p <= 0xffff)
+                        .ok_or_else(|| err(tok, "expected a 16-bit hex P_Key (e.g. ffff)"))?;
+                    pkey = Some(p as u16);
+                }
+                "service_id" => service_id = Some(parse_hex_u64(tok, v)?),
+                "dest" => dest = Some(parse_dest(tok, v)?),
+                "src" => src = Some(parse_src(tok, v)?),
+                _ => {
+                    if !opts.apply(tok, key, v)? {
+                        return Err(err(tok, format!("unknown option; known keys: {KNOWN}")));
+                    }
+                }
+            }
+        }
+        let (Some(id_ext), Some(ioc_guid)) = (id_ext, ioc_guid) else {
+            return Err(err(s.trim(), "id_ext and ioc_guid are mandatory"));
+        };
+        let transport = match (dest, dgid, pkey, service_id) {
+            (Some(dest), ..) => Transport::RdmaCm { dest, src },
+            (None, Some(dgid), Some(pkey), Some(service_id)) => Transport::IbCm {
+                dgid,
+                pkey,
+                service_id,
+            },
+            _ => {
+                return Err(err(
+                    s.trim(),
+                    "missing where to connect: give dest=IP:PORT (RDMA/CM) or dgid, pkey and \
+                     service_id (IB CM)",
+                ))
+            }
+        };
+        Ok(TargetSpec {
+            id_ext,
+            ioc_guid,
+            transport,
+            opts,
+        })
+    }
+
+    fn rev10(&self) -> bool {
+        self.opts.io_class == Some(IO_CLASS_REV10)
+    }
+
+    /// The SRP target port id: id_ext || ioc_guid (r16a), swapped for io_class ff00 (r10).
+    pub fn target_port_id(&self) -> [u8; 16] {
+        let (a, b) = if self.rev10() {
+            (self.ioc_guid, self.id_ext)
+        } else {
+            (self.id_ext, self.ioc_guid)
+        };
+        pair(a, b)
+    }
+
+    /// The SRP initiator port id for a local port GUID: initiator_ext || port GUID (r16a),
+    /// swapped for r10. `default_ext` is used when the string sets no initiator_ext.
+    pub fn initiator_port_id(&self, port_guid: u64, default_ext: u64) -> [u8; 16] {
+        let ext = self.opts.initiator_ext.unwrap_or(default_ext);
+        if self.rev10() {
+            pair(port_guid, ext)
+        } else {
+            pair(ext, port_guid)
+        }
+    }
+
+    /// Adds options (an srp_daemon.conf allow rule's, or the CLI's) on top of this target.
+    pub fn with_options(&self, opts: &str) -> Result<Self, TargetError> {
+        let mut s = self.clone();
+        for raw in opts.split([',', '\n']) {
+            let tok = raw.trim();
+            if tok.is_empty() {
+                continue;
+            }
+            let (k, v) = tok
+                .split_once('=')
+                .ok_or_else(|| err(tok, "expected key=value"))?;
+            if !s.opts.apply(tok, k, v)? {
+                return Err(err(tok, "not a per-target option"));
+            }
+        }
+        Ok(s)
+    }
+}
+
+fn pair(a: u64, b: u64) -> [u8; 16] {
+    let mut o = [0u8; 16];
+    o[..8].copy_from_slice(&a.to_be_bytes());
+    o[8..].copy_from_slice(&b.to_be_bytes());
+    o
+}
+
+/// Formats 16 port-id bytes as 32 hex digits.
+pub fn hex16(b: &[u8; 16]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl fmt::Display for TargetSpec {
+    /// The normalized string: 16-digit lowercase hex as srp_daemon prints, options in ib_srp order.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "id_ext={:016x},ioc_guid={:016x}",
+            self.id_ext, self.ioc_guid
+        )?;
+        match self.transport {
+            Transport::IbCm {
+                dgid,
+                pkey,
+                service_id,
+            } => write!(
+                f,
+                ",dgid={},pkey={pkey:04x},service_id={service_id:016x}",
+                hex16(&dgid)
+            )?,
+            Transport::RdmaCm { dest, src } => {
+                write!(f, ",dest={dest}")?;
+                if let Some(s) = src {
+                    write!(f, ",src={s}")?;
+                }
+            }
+        }
+        for (k, v) in self.opts.pairs() {
+            write!(f, ",{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A rules file line that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rules line {line}: '{token}': {problem}")]
+pub struct RuleError {
+    /// 1-based line number.
+    pub line: usize,
+    /// The offending token.
+    pub token: String,
+    /// What was expected.
+    pub problem: String,
+}
+
+/// One srp_daemon.conf rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rule {
+    /// 1-based line number in the file.
+    pub line: usize,
+    /// `a` (allow) or `d` (disallow).
+    pub allow: bool,
+    /// Conditions (all must match).
+    pub id_ext: Option<u64>,
+    /// ioc_guid condition.
+    pub ioc_guid: Option<u64>,
+    /// dgid condition.
+    pub dgid: Option<[u8; 16]>,
+    /// service_id condition.
+    pub service_id: Option<u64>,
+    /// pkey condition.
+    pub pkey: Option<u16>,
+    /// Options appended to matching targets (allow rules only), as `key=value,...`.
+    pub options: String,
+}
+
+impl Rule {
+    /// Whether every condition of the rule holds for `t`.
+    pub fn matches(&self, t: &TargetSpec) -> bool {
+        let (dgid, pkey, service_id) = match t.transport {
+            Transport::IbCm {
+                dgid,
+                pkey,
+                service_id,
+            } => (Some(dgid), Some(pkey), Some(service_id)),
+            Transport::RdmaCm { .. } => (None, None, None),
+        };
+        self.id_ext.is_none_or(|v| v == t.id_ext)
+            && self.ioc_guid.is_none_or(|v| v == t.ioc_guid)
+            && self.dgid.is_none_or(|v| Some(v) == dgid)
+            && self.service_id.is_none_or(|v| Some(v) == service_id)
+            && self.pkey.is_none_or(|v| Some(v) == pkey)
+    }
+}
+
+/// The options srp_daemon lets an allow rule append (`parse_other_option`).
+const RULE_OPTIONS: [&str; 8] = [
+    "allow_ext_sg",
+    "cmd_sg_entries",
+    "comp_vector",
+    "max_cmd_per_lun",
+    "max_sect",
+    "queue_size",
+    "sg_tablesize",
+    "tl_retry_count",
+];
+
+/// An srp_daemon.conf rules file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rules(pub Vec<Rule>);
+
+impl Rules {
+    /// Parses the file: `#` comments and blank lines skipped; each rule is `a` or `d`, blanks, then
+    /// comma-separated `key=value` conditions and (allow rules) options.
+    pub fn parse(text: &str) -> Result<Self, RuleError> {
+        let mut rules = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let ln = i + 1;
+            let t = line.trim();
+            if t.is_empty() || t.starts_with('#') {
+                continue;
+            }
+            let e = |token: &str, problem: String| RuleError {
+                line: ln,
+                token: token.into(),
+                problem,
+            };
+            let mut rule = Rule {
+                line: ln,
+                ..Default::default()
+            };
+            let mut chars = t.chars();
+            rule.allow = match chars.next() {
+                Some('a' | 'A') => true,
+                Some('d' | 'D') => false,
+                _ => {
+                    return Err(e(
+                        t,
+                        "a rule starts with 'a' (allow) or 'd' (disallow)".into(),
+                    ))
+                }
+            };
+            let rest = chars.as_str();
+            if !rest.is_empty() && !rest.starts_with([' ', '\t']) {
+                return Err(e(t, "expected blanks after 'a' or 'd'".into()));
+            }
+            let mut opts = Vec::new();
+            for tok in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let (k, v) = tok
+                    .split_once('=')
+                    .ok_or_else(|| e(tok, "expected key=value".into()))?;
+                let te = |x: TargetError| e(tok, x.problem);
+                match k {
+                    "id_ext" => rule.id_ext = Some(parse_hex_u64(tok, v).map_err(te)?),
+                    "ioc_guid" => rule.ioc_guid = Some(parse_hex_u64(tok, v).map_err(te)?),
+                    "dgid" => rule.dgid = Some(parse_dgid(tok, v).map_err(te)?),
+                    "service_id" => rule.service_id = Some(parse_hex_u64(tok, v).map_err(te)?),
+                    "pkey" => {
+                        let p = u16::from_str_radix(v, 16)
+                            .map_err(|_| e(tok, "expected a 16-bit hex P_Key".into()))?;
+                        rule.pkey = Some(p);
+                    }
+                    k if RULE_OPTIONS.contains(&k) => {
+                        if !rule.allow {
+                            return Err(e(tok, "options belong to allow ('a') rules".into()));
+                        }
+                        // check the value now, as srp_daemon does (decimal)
+                        TargetOptions::default().apply(tok, k, v).map_err(te)?;
+                        opts.push(tok.to_string());
+                    }
+                    _ => {
+                        return Err(e(
+                            tok,
+                            format!(
+                                "unknown key; conditions are id_ext, ioc_guid, dgid, service_id, \
+                                 pkey; options are {}",
+                                RULE_OPTIONS.join(", ")
+                            ),
+                        ))
+                    }
+                }
+            }
+            rule.options = opts.join(",");
+            rules.push(rule);
+        }
+        Ok(Rules(rules))
+    }
+
+    /// The first rule that matches `t`, or None (srp_daemon then allows the target unchanged).
+    pub fn first_match(&self, t: &TargetSpec) -> Option<&Rule> {
+        self.0.iter().find(|r| r.matches(t))
+    }
+
+    /// Applies the rules: None if a disallow rule matches, else the target with the allow rule's
+    /// options appended.
+    pub fn apply(&self, t: &TargetSpec) -> Result<Option<TargetSpec>, TargetError> {
+        match self.first_match(t) {
+            Some(r) if !r.allow => Ok(None),
+            Some(r) => t.with_options(&r.options).map(Some),
+            None => Ok(Some(t.clone())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAB: &str = "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555";
+
+    #[test]
+    fn lab_string_and_port_ids() {
+        let t = TargetSpec::parse(LAB).unwrap();
+        assert_eq!(t.to_string(), LAB);
+        assert!(matches!(t.transport, Transport::RdmaCm { src: None, .. }));
+        assert_eq!(
+            hex16(&t.target_port_id()),
+            "000000fffe770001000000fffe770001"
+        );
+        assert_eq!(
+            hex16(&t.initiator_port_id(0x0000_00ff_fe77_0001, 0)),
+            "0000000000000000000000fffe770001"
+        );
+        let r10 = t.with_options("io_class=ff00,initiator_ext=2").unwrap();
+        assert_eq!(
+            hex16(&r10.initiator_port_id(0xaa, 0)),
+            "00000000000000aa0000000000000002"
+        );
+    }
+
+    #[test]
+    fn srp_daemon_output_line_and_every_option() {
+        let line = "id_ext=200100A0B81146A1,ioc_guid=0002c90200402bd4,\
+                    dgid=fe800000000000000002c90200402bd5,pkey=ffff,service_id=200100a0b81146a1\n";
+        let t = TargetSpec::parse(line).unwrap();
+        assert_eq!(t.id_ext, 0x2001_00a0_b811_46a1);
+        assert!(matches!(t.transport, Transport::IbCm { pkey: 0xffff, .. }));
+        let all = format!(
+            "{LAB},src=10.77.0.2,max_sect=2048,max_cmd_per_lun=64,target_can_queue=128,io_class=100,\
+             initiator_ext=0x1,cmd_sg_entries=12,allow_ext_sg=1,sg_tablesize=128,comp_vector=0,\
+             tl_retry_count=7,queue_size=64,max_it_iu_size=8276,ch_count=2"
+        );
+        let t = TargetSpec::parse(&all).unwrap();
+        assert_eq!(t.opts.queue_size, Some(64));
+        assert_eq!(t.opts.initiator_ext, Some(1));
+        assert!(
+            matches!(t.transport, Transport::RdmaCm { src: Some(ip), .. } if ip.to_string() == "10.77.0.2")
+        );
+        // normalized form parses back to the same target
+        assert_eq!(TargetSpec::parse(&t.to_string()).unwrap(), t);
+        let v6 = TargetSpec::parse("id_ext=1,ioc_guid=2,dest=[fe80::1]:5555").unwrap();
+        assert_eq!(TargetSpec::parse(&v6.to_string()).unwrap(), v6);
+    }
+
+    #[test]
+    fn errors_quote_the_token() {
+        let cases = [
+            ("id_ext=1,ioc_guid=zz,dest=10.0.0.1:5555", "ioc_guid=zz"),
+            ("id_ext=1,ioc_guid=2,dest=10.0.0.1", "port is missing"),
+            ("id_ext=1,ioc_guid=2", "missing where to connect"),
+            ("ioc_guid=2,dest=10.0.0.1:1", "mandatory"),
+            (
+                "id_ext=1,ioc_guid=2,dest=10.0.0.1:1,tl_retry_count=9",
+                "tl_retry_count=9",
+            ),
+            (
+                "id_ext=1,ioc_guid=2,dest=10.0.0.1:1,cmd_sg_entries=0",
+                "between 1 and 255",
+            ),
+            (
+                "id_ext=1,ioc_guid=2,dest=10.0.0.1:1,io_class=5",
+                "unknown I/O class",
+            ),
+            (
+                "id_ext=1,ioc_guid=2,dest=10.0.0.1:1,bogus=1",
+                "unknown option",
+            ),
+            (
+                "id_ext=1,ioc_guid=2,dest=10.0.0.1:1,queue_size=",
+                "value of queue_size is missing",
+            ),
+            (
+                "id_ext=11111111111111111,ioc_guid=2,dest=1.2.3.4:1",
+                "16 hex digits",
+            ),
+            (
+                "id_ext=1,ioc_guid=2,dgid=fe80,pkey=ffff,service_id=1",
+                "32 hex digits",
+            ),
+            ("id_ext=1,ioc_guid=2,dest=1.2.3.4:1,queue_size", "key=value"),
+        ];
+        for (s, want) in cases {
+            let e = TargetSpec::parse(s).unwrap_err().to_string();
+            assert!(e.contains(want), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn rules_file() {
+        let text = "## example\n\
+                    d\tdgid=fe800000000000000002c90200402bd5\n\
+                    a       ioc_guid=00a0b80200402bd7,queue_size=128,max_cmd_per_lun=128\n\
+                    a  id_ext=200500A0B81146A1,ioc_guid=00a0b80200402bef\n\
+                    \n\
+                    d\n";
+        let r = Rules::parse(text).unwrap();
+        assert_eq!(r.0.len(), 4);
+        let ib = |ioc: &str, dgid: &str| {
+            TargetSpec::parse(&format!(
+                "id_ext=200500a0b81146a1,ioc_guid={ioc},dgid={dgid},pkey=ffff,service_id=1"
+            ))
+            .unwrap()
+        };
+        let blocked = ib("00a0b80200402bd7", "fe800000000000000002c90200402bd5");
+        assert_eq!(r.apply(&blocked).unwrap(), None);
+        let tuned = r
+            .apply(&ib("00a0b80200402bd7", "fe800000000000000002c90200402bd6"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(tuned.opts.queue_size, Some(128));
+        assert!(r
+            .apply(&ib("00a0b80200402bef", "fe800000000000000002c90200402bd6"))
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            r.apply(&ib("0000000000000001", "fe800000000000000002c90200402bd6"))
+                .unwrap(),
+            None
+        );
+        // no rules: everything allowed
+        assert!(Rules::default().apply(&blocked).unwrap().is_some());
+    }
+
+    #[test]
+    fn rules_errors_name_line_and_token() {
+        let e = Rules::parse("# c\nx id_ext=1\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        let e = Rules::parse("a ioc_guid=xyz\n").unwrap_err();
+        assert!(e.to_string().contains("ioc_guid=xyz"), "{e}");
+        let e = Rules::parse("d queue_size=4\n").unwrap_err();
+        assert!(e.problem.contains("allow"));
+        let e = Rules::parse("a tl_retry_count=1\n").unwrap_err();
+        assert!(e.to_string().contains("between 2 and 7"));
+        assert!(Rules::parse("aid_ext=1").is_err());
+    }
+}

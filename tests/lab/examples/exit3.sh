@@ -1,0 +1,3 @@
+#!/bin/sh
+echo "exiting 3 on purpose"
+exit 3

@@ -1,0 +1,69 @@
+# Sourced by /init (busybox ash): the lab's fabric and target, as proven in shared/lab/REPORT.md.
+#  - soft-RoCE rxe0 on dummy0 with a fixed MAC (stable GID/GUID across boots), 10.77.0.1/24
+#  - LIO ib_srpt: rd_mcp ramdisk LUN of $SRP_LUN_MB MiB, RDMA/CM listener on port 5555, a node ACL named
+#    by the target-side IP (ib_srpt has no demo mode), target port named by the port GUID
+#  - ublk_drv loaded; the kernel initiator ib_srp loaded but not attached (lab-ref-attach does that)
+# Writes the job's environment (SRP_TARGET, SRP_LUN_BYTES, ...) to /tmp/lab-env.
+
+# Debian's busybox-static prefers its own applets: force the real iproute2 and kmod.
+ip() { /usr/bin/ip "$@"; }
+modprobe() { /usr/sbin/modprobe "$@"; }
+
+LAB_IP=10.77.0.1
+LAB_PORT=5555
+LAB_MAC=02:00:00:77:00:01
+CFG=/sys/kernel/config/target
+
+waitfor() { _i=0; while [ ! -e "$1" ] && [ $_i -lt $(($2 * 10)) ]; do sleep 0.1; _i=$((_i + 1)); done; [ -e "$1" ]; }
+
+lab_setup_rxe() {
+    modprobe crc32_generic || return 1   # rxe needs the "crc32" shash; without it 'rdma link add' says ENOENT
+    modprobe crc32_pclmul 2>/dev/null
+    modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm && modprobe ib_umad && modprobe dummy || return 1
+    ip link set dummy0 address $LAB_MAC
+    ip addr add $LAB_IP/24 dev dummy0
+    ip link set dummy0 up
+    rdma link add rxe0 type rxe netdev dummy0 || return 1
+    waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 || return 1
+    rdma link show
+}
+
+lab_setup_target() {
+    mount -t configfs configfs /sys/kernel/config 2>/dev/null || { modprobe configfs; mount -t configfs configfs /sys/kernel/config; }
+    modprobe target_core_mod && modprobe ib_srpt || return 1
+    mkdir -p $CFG/core/rd_mcp_0/ramdisk0 || return 1
+    echo "rd_pages=$((SRP_LUN_MB * 256))" > $CFG/core/rd_mcp_0/ramdisk0/control   # 4 KiB pages
+    echo 1 > $CFG/core/rd_mcp_0/ramdisk0/enable || return 1
+    mkdir -p $CFG/srpt
+    echo $LAB_PORT > $CFG/srpt/discovery_auth/rdma_cm_port || return 1
+    # target port name: the port GUID (interface ID of GID 0), "xxxx:xxxx:xxxx:xxxx"
+    GUIDNAME=$(cut -d: -f5-8 /sys/class/infiniband/rxe0/ports/1/gids/0)
+    TPG=$CFG/srpt/$GUIDNAME/tpgt_1
+    mkdir -p $TPG/lun/lun_0 || return 1
+    ln -s $CFG/core/rd_mcp_0/ramdisk0 $TPG/lun/lun_0/ramdisk0 || return 1
+    echo 1 > $TPG/enable || return 1
+    # node ACL named by the target-side IP of RDMA/CM logins (REPORT.md gotcha 9)
+    mkdir -p $TPG/acls/$LAB_IP/lun_0 && ln -s $TPG/lun/lun_0 $TPG/acls/$LAB_IP/lun_0/lun_0 || return 1
+    echo "target: $TPG lun_0 -> rd_mcp ramdisk0 ${SRP_LUN_MB} MiB, RDMA/CM port $LAB_PORT, ACL $LAB_IP"
+}
+
+lab_setup() {
+    set -x
+    modprobe ublk_drv && waitfor /dev/ublk-control 5 || echo "warning: ublk_drv did not load"
+    if [ "$LAB_SETUP" = minimal ]; then set +x; return 0; fi
+    lab_setup_rxe || { set +x; echo "rxe setup failed"; dmesg | tail -20; return 1; }
+    lab_setup_target || { set +x; echo "target setup failed"; dmesg | tail -20; return 1; }
+    modprobe sd_mod && modprobe ib_srp || return 1
+    waitfor /sys/class/infiniband_srp/srp-rxe0-1/add_target 10 || return 1
+    set +x
+    SG=$(cat /sys/module/ib_srpt/parameters/srpt_service_guid); SG=${SG#0x}
+    SG=$(printf '%016x' 0x"$SG")
+    cat > /tmp/lab-env <<EOF
+export SRP_TARGET="id_ext=$SG,ioc_guid=$SG,dest=$LAB_IP:$LAB_PORT"
+export SRP_LUN_BYTES=$((SRP_LUN_MB * 1048576))
+export SRP_SERVICE_GUID=$SG
+export SRP_TPG=$TPG
+export LAB_RDMA_DEV=rxe0
+EOF
+    cat /tmp/lab-env
+}

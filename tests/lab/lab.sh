@@ -1,0 +1,279 @@
+#!/bin/bash
+# The srp-ublk lab: Debian's 6.12 kernel booted under qemu (TCG) with ublk_drv, soft-RoCE (rdma_rxe),
+# LIO's SRP target (ib_srpt) on a ramdisk LUN and the kernel's own SRP initiator (ib_srp) as reference.
+#
+# usage: tests/lab/lab.sh prep            install host packages, download + unpack the kernel (cached)
+#        tests/lab/lab.sh image           prep + build the cached base initramfs
+#        tests/lab/lab.sh run FILE        run shell script FILE inside a fresh guest; exits with its status
+#        tests/lab/lab.sh test            run the end-to-end suite (tests/lab/suite) in one guest
+#        tests/lab/lab.sh demo            boot, show the target and attach it (tests/lab/demo.sh)
+#        tests/lab/lab.sh selftest        prove lab-run propagates exit codes (a script exiting 3 -> 3)
+#
+# environment (all optional):
+#   LAB_TIMEOUT   hard limit for one guest run in seconds (default 1500); qemu is killed after it
+#   LAB_MEM       guest memory (default 3072M)        LAB_SMP    guest vCPUs (default 2)
+#   SRP_LUN_MB    size of the LIO ramdisk LUN (default 256)
+#   LAB_SETUP     full (default: rxe + LIO target + ib_srp) or minimal (boot only; no fabric)
+#   KPKG          kernel package to use instead of the newest 6.12 from bookworm-backports
+#   LAB_ONLY      with 'test': run only the suite tests whose name contains this
+#   SRP_UBLK_BIN  srp-ublk binary to put in the guest (default target/release/srp-ublk)
+#
+# Everything is cached under target/lab/ (kernel .deb, unpacked kernel, base initramfs); the files
+# a guest script writes to $LAB_OUT come back under target/lab/out/.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT_DIR=$(cd "$HERE/../.." && pwd)
+LAB=${LAB_DIR:-$ROOT_DIR/target/lab}
+APTDIR=$LAB/apt
+LAB_TIMEOUT=${LAB_TIMEOUT:-1500}
+LAB_MEM=${LAB_MEM:-3072M}
+LAB_SMP=${LAB_SMP:-2}
+SRP_LUN_MB=${SRP_LUN_MB:-256}
+LAB_SETUP=${LAB_SETUP:-full}
+SRP_UBLK_BIN=${SRP_UBLK_BIN:-$ROOT_DIR/target/release/srp-ublk}
+KSERIES=6.12
+
+# Host packages: qemu-system-x86 must match the image's qemu-utils, which comes from bookworm-backports.
+HOST_PKGS="qemu-system-x86 qemu-utils busybox-static ibverbs-utils ibverbs-providers rdmacm-utils fio
+           iproute2 kmod cpio gzip xz-utils zstd perftest e2fsprogs libnbd-bin"
+APTO=(-o "Dir::Etc::SourceList=$APTDIR/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+      -o "Dir::State::Lists=$APTDIR/lists" -o "Dir::Cache=$APTDIR/cache")
+
+log() { echo "lab: $*" >&2; }
+die() { echo "lab: error: $*" >&2; exit 2; }
+
+# ------------------------------------------------------------------------------------------- prep
+apt_private() {   # a private apt configuration: bookworm + security + backports; /etc/apt is untouched
+    mkdir -p "$APTDIR/lists/partial" "$APTDIR/cache/archives/partial"
+    cat > "$APTDIR/sources.list" <<EOF
+deb http://deb.debian.org/debian bookworm-backports main
+deb http://deb.debian.org/debian bookworm main
+deb http://deb.debian.org/debian-security bookworm-security main
+EOF
+    # refresh the lists once per day at most
+    if [ -z "$(find "$APTDIR/lists" -name '*bookworm-backports_InRelease' -mtime -1 2>/dev/null)" ]; then
+        log "updating the lab's private apt lists (bookworm, security, backports)"
+        apt-get "${APTO[@]}" update >"$APTDIR/update.log" 2>&1 ||
+            die "apt-get update for the lab failed (network to deb.debian.org?): see $APTDIR/update.log"
+    fi
+}
+
+host_packages() {
+    local missing=() p
+    for p in $HOST_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    ((${#missing[@]})) || return 0
+    [ "$(id -u)" = 0 ] || die "missing host packages: ${missing[*]} (run as root, or apt-get install them)"
+    log "installing host packages: ${missing[*]}"
+    apt_private
+    # qemu-system-x86 from backports: the image's qemu-utils is the backports build and the two must match
+    local args=() q
+    for q in "${missing[@]}"; do
+        case $q in qemu-*) args+=("$q/bookworm-backports");; *) args+=("$q");; esac
+    done
+    DEBIAN_FRONTEND=noninteractive apt-get "${APTO[@]}" install -y --no-install-recommends "${args[@]}" \
+        >"$LAB/host-install.log" 2>&1 || die "apt-get install failed: see $LAB/host-install.log"
+}
+
+pick_kernel() {
+    if [ -n "${KPKG:-}" ]; then return; fi
+    local cached
+    cached=$( (ls "$LAB/debs" 2>/dev/null || true) | sed -n "s/^\(linux-image-$KSERIES[^_]*-amd64\)_.*\.deb$/\1/p" | sort -V | tail -1)
+    if [ -n "$cached" ] && [ -z "${LAB_REFRESH:-}" ]; then KPKG=$cached; return; fi
+    apt_private
+    KPKG=$( (apt-cache "${APTO[@]}" pkgnames "linux-image-$KSERIES" 2>/dev/null || true) |
+           (grep -E "^linux-image-$KSERIES\.[0-9]+\+deb12-amd64$" || true) | sort -V | tail -1)
+    [ -n "$KPKG" ] || die "no linux-image-$KSERIES.*-amd64 in bookworm-backports (see $APTDIR/update.log)"
+}
+
+kernel() {
+    pick_kernel
+    mkdir -p "$LAB/debs" "$LAB/kernels"
+    if ! ls "$LAB/debs/${KPKG}"_*.deb >/dev/null 2>&1; then
+        apt_private
+        log "downloading $KPKG (apt-get download, not installed)"
+        (cd "$LAB/debs" && apt-get "${APTO[@]}" download "$KPKG" >"$LAB/download.log" 2>&1) ||
+            die "could not download $KPKG: see $LAB/download.log"
+    fi
+    KDIR=$LAB/kernels/$KPKG
+    if [ ! -d "$KDIR/lib/modules" ]; then
+        log "unpacking $KPKG"
+        rm -rf "$KDIR.tmp"; mkdir -p "$KDIR.tmp"
+        dpkg-deb -x "$LAB/debs/${KPKG}"_*.deb "$KDIR.tmp"
+        depmod -b "$KDIR.tmp" "$(ls "$KDIR.tmp/lib/modules")"
+        mv "$KDIR.tmp" "$KDIR"
+    fi
+    KV=$(ls "$KDIR/lib/modules")
+}
+
+prep() {
+    mkdir -p "$LAB"
+    host_packages
+    kernel
+}
+
+# ------------------------------------------------------------------------------ base initramfs
+# The base image holds everything but the project's own files; it is cached by a key over the kernel,
+# this script and the guest files, so a second run neither downloads nor rebuilds it.
+GUEST_TOOLS="/usr/bin/kmod /usr/bin/ip /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_devices /usr/bin/ibv_devinfo
+    /usr/bin/ibv_rc_pingpong /usr/bin/rping /usr/bin/fio /usr/sbin/mke2fs /usr/sbin/e2fsck /usr/bin/qemu-io
+    /usr/bin/nbdinfo /usr/bin/nbdcopy /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw
+    /usr/bin/ib_send_lat /usr/bin/ib_read_lat /usr/bin/ib_write_lat"
+GUEST_MODULES="configfs 9p 9pnet_virtio virtio_pci ublk_drv rdma_rxe ib_uverbs rdma_ucm ib_umad ib_srpt ib_srp
+    target_core_mod target_core_file target_core_iblock sd_mod sg veth dummy nbd ext4 dm_multipath
+    crc32_generic crc32_pclmul crc32c_generic crc32c_intel"
+
+copy_file() {   # copy a host file (following links) to the same real path in $STAGE, keep the link name
+    local src=$1 real
+    real=$(realpath "$src")
+    if [ ! -e "$STAGE$real" ]; then mkdir -p "$STAGE$(dirname "$real")"; cp -L "$src" "$STAGE$real"; fi
+    if [ "$src" != "$real" ] && [ ! -e "$STAGE$src" ] && [ ! -L "$STAGE$src" ]; then
+        mkdir -p "$STAGE$(dirname "$src")"; ln -s "$real" "$STAGE$src"
+    fi
+}
+copy_with_libs() {
+    local f lib
+    for f in "$@"; do
+        [ -e "$f" ] || continue
+        copy_file "$f"
+        for lib in $(ldd "$f" 2>/dev/null | grep -o '/[^ )]*'); do copy_file "$lib"; done
+    done
+}
+
+base_key() {
+    { echo "$KPKG $HOST_PKGS $GUEST_TOOLS $GUEST_MODULES"; sed -n '/^# ---.*base initramfs/,/^# ---.*project overlay/p' "$0"
+      dpkg-query -W busybox-static fio rdmacm-utils ibverbs-providers qemu-utils libnbd-bin perftest 2>/dev/null
+    } | sha256sum | cut -c1-12
+}
+
+image() {
+    prep
+    BASE=$LAB/base-$KV-$(base_key).cpio.gz
+    [ -s "$BASE" ] && return 0
+    local t0=$SECONDS m ko rel
+    log "building the base initramfs for $KV"
+    STAGE=$LAB/stage.base
+    rm -rf "$STAGE"; mkdir -p "$STAGE"/usr/{bin,sbin,lib,lib64} "$STAGE"/{proc,sys,dev,tmp,run,etc,root,lab,lab-out,mnt}
+    ln -s usr/bin "$STAGE/bin"; ln -s usr/sbin "$STAGE/sbin"; ln -s usr/lib "$STAGE/lib"; ln -s usr/lib64 "$STAGE/lib64"
+    cp /bin/busybox "$STAGE/usr/bin/busybox"
+    ln -s busybox "$STAGE/usr/bin/sh"   # scripts' #!/bin/sh
+    # shellcheck disable=SC2086
+    copy_with_libs $GUEST_TOOLS
+    for m in modprobe insmod lsmod rmmod depmod modinfo; do ln -sf ../bin/kmod "$STAGE/usr/sbin/$m"; done
+    ln -sf mke2fs "$STAGE/usr/sbin/mkfs.ext4"
+    # the rxe verbs provider is dlopen'ed: ldd of the tools does not see it
+    copy_with_libs /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+    mkdir -p "$STAGE/etc/libibverbs.d"; cp /etc/libibverbs.d/rxe.driver "$STAGE/etc/libibverbs.d/"
+    cp /etc/services /etc/protocols /etc/mke2fs.conf "$STAGE/etc/" 2>/dev/null || true
+    echo 'root:x:0:0:root:/root:/bin/sh' > "$STAGE/etc/passwd"; echo 'root:x:0:' > "$STAGE/etc/group"
+    echo 'hosts: files' > "$STAGE/etc/nsswitch.conf"; echo '127.0.0.1 localhost' > "$STAGE/etc/hosts"
+    # kernel modules: the dependency closure, decompressed, with depmod run over the result
+    local MD=$STAGE/usr/lib/modules/$KV
+    mkdir -p "$MD"
+    for m in $GUEST_MODULES; do
+        modprobe -d "$KDIR" -S "$KV" --show-depends "$m" 2>/dev/null || log "note: module $m not in $KPKG (built in or absent)"
+    done | awk '$1=="insmod"{print $2}' | sort -u | while read -r ko; do
+        rel=${ko#"$KDIR"/lib/modules/"$KV"/}
+        mkdir -p "$MD/$(dirname "$rel")"
+        case $ko in
+            *.xz) xz -dc "$ko" > "$MD/${rel%.xz}";;
+            *.zst) zstd -qdc "$ko" > "$MD/${rel%.zst}";;
+            *) cp "$ko" "$MD/$rel";;
+        esac
+    done
+    cp "$KDIR/lib/modules/$KV"/modules.{order,builtin,builtin.modinfo} "$MD/"
+    depmod -b "$STAGE" "$KV"
+    (cd "$STAGE" && find . | cpio -o -H newc --quiet | gzip -1) > "$BASE.tmp"
+    mv "$BASE.tmp" "$BASE"
+    rm -rf "$STAGE"
+    log "base initramfs $(du -h "$BASE" | cut -f1) built in $((SECONDS - t0)) s"
+}
+
+# ------------------------------------------------------------------------------ project overlay
+overlay() {   # the project's own files: /init, helpers, the suite, srp-ublk; rebuilt every run
+    local out=$1 lib
+    [ -x "$SRP_UBLK_BIN" ] || die "no srp-ublk binary at $SRP_UBLK_BIN: run 'cargo build --release' first"
+    STAGE=$LAB/stage.overlay
+    rm -rf "$STAGE"; mkdir -p "$STAGE"/usr/{bin,sbin,lib,lib64} "$STAGE/usr/local/bin" "$STAGE/usr/lib/srp-lab"
+    # the same merged-/usr links as the base: the kernel replaces an entry of another type when it
+    # unpacks the second archive, so a real /lib here would hide the base's /lib/modules
+    ln -s usr/bin "$STAGE/bin"; ln -s usr/sbin "$STAGE/sbin"; ln -s usr/lib "$STAGE/lib"; ln -s usr/lib64 "$STAGE/lib64"
+    install -m 755 "$HERE/guest/init.sh" "$STAGE/init"
+    install -m 755 "$HERE/guest/lab-ref-attach" "$HERE/guest/lab-ref-detach" "$STAGE/usr/local/bin/"
+    install -m 644 "$HERE/guest/setup.sh" "$STAGE/usr/lib/srp-lab/"
+    cp -r "$HERE/suite" "$STAGE/usr/lib/srp-lab/suite"
+    install -m 755 "$SRP_UBLK_BIN" "$STAGE/usr/local/bin/srp-ublk"
+    for lib in $(ldd "$SRP_UBLK_BIN" 2>/dev/null | grep -o '/[^ )]*'); do copy_file "$lib"; done
+    (cd "$STAGE" && find . | cpio -o -H newc --quiet | gzip -1) > "$out"
+    rm -rf "$STAGE"
+}
+
+# ------------------------------------------------------------------------------------------ run
+run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return its exit status
+    local script=$1
+    [ -f "$script" ] || die "no such script: $script"
+    image
+    local RUN=$LAB/run
+    rm -rf "$RUN"; mkdir -p "$RUN/share"
+    rm -rf "$LAB/out"; mkdir -p "$LAB/out"
+    overlay "$RUN/overlay.cpio.gz"
+    cat "$BASE" "$RUN/overlay.cpio.gz" > "$RUN/initrd.gz"   # the kernel unpacks concatenated archives in order
+    cp "$script" "$RUN/share/job.sh"
+    {
+        echo "LAB_SETUP=$LAB_SETUP"; echo "SRP_LUN_MB=$SRP_LUN_MB"; echo "CI=${CI:-}"
+        echo "LAB_JOB_NAME=$(basename "$script")"; echo "LAB_ONLY=${LAB_ONLY:-}"
+    } > "$RUN/share/env"
+    local CON=$RUN/console.log
+    : > "$CON"
+    log "booting $KV (qemu TCG, ${LAB_SMP} vCPUs, $LAB_MEM, timeout ${LAB_TIMEOUT}s) to run $(basename "$script")"
+    log "console log: $CON"
+    local t0=$SECONDS
+    timeout --foreground -k 10 "$LAB_TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
+        -smp "$LAB_SMP" -m "$LAB_MEM" -machine pc -nodefaults -no-reboot \
+        -display none -monitor none -serial "file:$CON" -nic none \
+        -kernel "$KDIR/boot/vmlinuz-$KV" -initrd "$RUN/initrd.gz" \
+        -append "console=ttyS0,115200 rdinit=/init panic=-1 loglevel=3 mitigations=off" \
+        -virtfs "local,path=$RUN/share,mount_tag=lab,security_model=none,id=lab" \
+        -virtfs "local,path=$LAB/out,mount_tag=labout,security_model=none,id=labout" \
+        > "$RUN/qemu.log" 2>&1 &
+    local qpid=$! qrc=0
+    # stream the guest console live (the job's output goes there too)
+    tail -n +1 -F --pid=$qpid "$CON" 2>/dev/null | sed -u 's/\r$//' &
+    local tpid=$!
+    wait $qpid || qrc=$?
+    wait $tpid 2>/dev/null || true
+    local dt=$((SECONDS - t0))
+    if [ -f "$RUN/share/rc" ]; then
+        local rc
+        rc=$(cat "$RUN/share/rc")
+        log "guest finished $(basename "$script") with exit status $rc after ${dt}s (qemu rc=$qrc)"
+        return "$rc"
+    fi
+    if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+        log "error: the guest did not finish within LAB_TIMEOUT=${LAB_TIMEOUT}s and was killed; console log: $CON"
+        return 124
+    fi
+    log "error: the guest stopped after ${dt}s without reporting an exit status (qemu rc=$qrc: $(tail -1 "$RUN/qemu.log" 2>/dev/null)); console log: $CON"
+    return 125
+}
+
+selftest() {   # lab-run must propagate the script's exit status
+    local tmp rc=0
+    tmp=$(mktemp -d); printf '#!/bin/sh\necho "selftest: exiting 3 on purpose"\nexit 3\n' > "$tmp/exit3.sh"
+    LAB_SETUP=minimal run_guest "$tmp/exit3.sh" || rc=$?
+    rm -rf "$tmp"
+    if [ "$rc" = 3 ]; then echo "lab selftest: 1 passed, 0 failed"; return 0; fi
+    echo "lab selftest: a guest script exiting 3 made lab-run exit $rc"; echo "lab selftest: 0 passed, 1 failed"
+    return 1
+}
+
+cmd=${1:-}
+case $cmd in
+    prep) prep; log "kernel $KPKG ($KV) ready under $LAB";;
+    image) image; log "base initramfs: $BASE";;
+    run) [ $# -ge 2 ] || die "usage: lab.sh run FILE"; run_guest "$2";;
+    test) run_guest "$HERE/suite/run.sh";;
+    demo) run_guest "$HERE/demo.sh";;
+    selftest) selftest;;
+    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;
+esac
