@@ -147,7 +147,11 @@ proptest! {
         let _ = ModeSense10::parse(&bytes).map(|m| m.caching());
         let _ = ReportLuns::parse(&bytes).map(|r| r.luns().count());
         let _ = vpd::serial_number(&bytes);
-        let _ = vpd::designators(&bytes).map(|d| d.map(|x| vpd::scsi_id_serial(&x)).count());
+        if let Ok(ds) = vpd::designators(&bytes) {
+            for d in ds {
+                let _ = vpd::scsi_id_serial(&d);
+            }
+        }
         let _ = vpd::BlockLimits::parse(&bytes);
         let _ = vpd::Provisioning::parse(&bytes);
     }
