@@ -1,5 +1,9 @@
 //! The command line: one module per subcommand, thin over the library.
 
+pub mod add;
+pub mod del;
+pub mod features;
+pub mod list;
 pub mod target;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +23,14 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Log in to an SRP target and create /dev/ublkbN; prints the device path when it is live.
+    Add(add::AddArgs),
+    /// Stop a device: log its channels out and remove it.
+    Del(del::DelArgs),
+    /// List srp-ublk devices with their targets, channels and credits.
+    List(list::ListArgs),
+    /// Show what this host offers: ublk driver, RDMA devices, ports and GIDs, modules.
+    Features,
     /// Work with target strings (ib_srp add_target syntax, srp_daemon lines and rules).
     #[command(subcommand)]
     Target(target::TargetCmd),
@@ -27,6 +39,10 @@ pub enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Add(a) => add::run(a),
+        Command::Del(a) => del::run(a),
+        Command::List(a) => list::run(a),
+        Command::Features => features::run(),
         Command::Target(t) => target::run(t),
     }
 }

@@ -1,0 +1,199 @@
+//! Block operations (what ublk and NBD ask for) mapped to SCSI commands, in one place for both front
+//! ends: READ/WRITE -> READ(16)/WRITE(16) (FUA honoured), FLUSH -> SYNCHRONIZE CACHE(16),
+//! DISCARD -> UNMAP, WRITE_ZEROES -> WRITE SAME(16) of a zeroed block (UNMAP bit when allowed),
+//! as the kernel's sd driver does.
+
+use super::{DataBuf, DataDir, ScsiCmd};
+use crate::wire::scsi::sense::errno;
+use crate::wire::scsi::{encode_unmap_params, Cdb, UnmapRange};
+
+/// A block-layer operation on byte offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockOp {
+    /// Read into the buffer.
+    Read,
+    /// Write from the buffer; `fua` forces it to stable media.
+    Write {
+        /// Force unit access.
+        fua: bool,
+    },
+    /// Flush the volatile cache.
+    Flush,
+    /// Deallocate a range.
+    Discard,
+    /// Zero a range; `may_unmap` lets the target deallocate instead.
+    WriteZeroes {
+        /// Deallocation allowed.
+        may_unmap: bool,
+    },
+}
+
+/// What the LUN supports, from its INQUIRY/VPD/READ CAPACITY/MODE SENSE data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// log2 of the logical block size.
+    pub block_shift: u32,
+    /// Number of logical blocks.
+    pub blocks: u64,
+    /// UNMAP supported (VPD 0xB2 LBPU).
+    pub unmap: bool,
+    /// WRITE SAME(16) with UNMAP supported (VPD 0xB2 LBPWS).
+    pub write_same_unmap: bool,
+}
+
+/// Builds the SCSI command for `op` on `len` bytes at byte `offset`. `buf` is the tag's registered
+/// buffer and `scratch` its bytes: UNMAP's parameter list and WRITE SAME's zero block are written
+/// there. Errors are errnos for the block layer.
+pub fn to_scsi(
+    op: BlockOp,
+    offset: u64,
+    len: u32,
+    geo: &Geometry,
+    buf: DataBuf,
+    scratch: &mut [u8],
+) -> Result<ScsiCmd, i32> {
+    if let BlockOp::Flush = op {
+        return Ok(ScsiCmd {
+            cdb: Cdb::sync_cache16(0, 0),
+            data: DataDir::None,
+        });
+    }
+    let bs_mask = (1u64 << geo.block_shift) - 1;
+    if offset & bs_mask != 0 || u64::from(len) & bs_mask != 0 || len == 0 {
+        return Err(errno::EINVAL);
+    }
+    let lba = offset >> geo.block_shift;
+    let blocks = len >> geo.block_shift;
+    if lba
+        .checked_add(u64::from(blocks))
+        .is_none_or(|end| end > geo.blocks)
+    {
+        return Err(errno::EIO);
+    }
+    match op {
+        BlockOp::Read | BlockOp::Write { .. } if len > buf.len => Err(errno::EINVAL),
+        BlockOp::Read => Ok(ScsiCmd {
+            cdb: Cdb::read16(lba, blocks, false),
+            data: DataDir::In(buf.prefix(len)),
+        }),
+        BlockOp::Write { fua } => Ok(ScsiCmd {
+            cdb: Cdb::write16(lba, blocks, fua),
+            data: DataDir::Out(buf.prefix(len)),
+        }),
+        BlockOp::Discard => {
+            if !geo.unmap {
+                return Err(errno::EOPNOTSUPP);
+            }
+            let n = encode_unmap_params(scratch, &[UnmapRange { lba, blocks }])
+                .map_err(|_| errno::EINVAL)?;
+            Ok(ScsiCmd {
+                cdb: Cdb::unmap(n as u16),
+                data: DataDir::Out(buf.prefix(n as u32)),
+            })
+        }
+        BlockOp::WriteZeroes { may_unmap } => {
+            let bs = 1usize << geo.block_shift;
+            let zero = scratch.get_mut(..bs).ok_or(errno::EINVAL)?;
+            zero.fill(0);
+            let unmap = may_unmap && geo.write_same_unmap;
+            Ok(ScsiCmd {
+                cdb: Cdb::write_same16(lba, blocks, unmap, false),
+                data: DataDir::Out(buf.prefix(bs as u32)),
+            })
+        }
+        BlockOp::Flush => unreachable!("handled above"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::scsi::cdb::op;
+
+    const GEO: Geometry = Geometry {
+        block_shift: 9,
+        blocks: 1 << 20,
+        unmap: true,
+        write_same_unmap: true,
+    };
+    const BUF: DataBuf = DataBuf {
+        addr: 0x1000,
+        len: 1 << 20,
+        lkey: 1,
+        rkey: 2,
+    };
+
+    #[test]
+    fn read_write_map_to_16_byte_cdbs() {
+        let mut s = vec![0u8; 4096];
+        let r = to_scsi(BlockOp::Read, 4096, 8192, &GEO, BUF, &mut s).unwrap();
+        assert_eq!(r.cdb.opcode(), op::READ_16);
+        assert_eq!(&r.cdb.as_slice()[2..10], &8u64.to_be_bytes());
+        assert_eq!(r.data, DataDir::In(DataBuf { len: 8192, ..BUF }));
+        let w = to_scsi(BlockOp::Write { fua: true }, 0, 512, &GEO, BUF, &mut s).unwrap();
+        assert_eq!(w.cdb.as_slice()[1], 0x08);
+        assert!(matches!(w.data, DataDir::Out(b) if b.len == 512));
+        let f = to_scsi(BlockOp::Flush, 0, 0, &GEO, BUF, &mut s).unwrap();
+        assert_eq!(f.cdb.opcode(), op::SYNCHRONIZE_CACHE_16);
+    }
+
+    #[test]
+    fn discard_and_zeroes_use_the_scratch_buffer() {
+        let mut s = vec![0xffu8; 4096];
+        let d = to_scsi(BlockOp::Discard, 512, 1024, &GEO, BUF, &mut s).unwrap();
+        assert_eq!(d.cdb.opcode(), op::UNMAP);
+        assert_eq!(&s[8..16], &1u64.to_be_bytes());
+        assert_eq!(&s[16..20], &2u32.to_be_bytes());
+        let z = to_scsi(
+            BlockOp::WriteZeroes { may_unmap: true },
+            0,
+            4096,
+            &GEO,
+            BUF,
+            &mut s,
+        )
+        .unwrap();
+        assert_eq!(z.cdb.as_slice()[..2], [op::WRITE_SAME_16, 0x08]);
+        assert!(s[..512].iter().all(|&b| b == 0));
+        let no_unmap = Geometry {
+            unmap: false,
+            write_same_unmap: false,
+            ..GEO
+        };
+        assert_eq!(
+            to_scsi(BlockOp::Discard, 0, 512, &no_unmap, BUF, &mut s),
+            Err(errno::EOPNOTSUPP)
+        );
+        let z = to_scsi(
+            BlockOp::WriteZeroes { may_unmap: true },
+            0,
+            512,
+            &no_unmap,
+            BUF,
+            &mut s,
+        )
+        .unwrap();
+        assert_eq!(z.cdb.as_slice()[1], 0);
+    }
+
+    #[test]
+    fn refuses_misaligned_and_out_of_range() {
+        let mut s = vec![0u8; 4096];
+        assert_eq!(
+            to_scsi(BlockOp::Read, 1, 512, &GEO, BUF, &mut s),
+            Err(errno::EINVAL)
+        );
+        assert_eq!(
+            to_scsi(BlockOp::Read, 0, 100, &GEO, BUF, &mut s),
+            Err(errno::EINVAL)
+        );
+        assert_eq!(
+            to_scsi(BlockOp::Read, (1 << 29) - 512, 1024, &GEO, BUF, &mut s),
+            Err(errno::EIO)
+        );
+        assert_eq!(
+            to_scsi(BlockOp::Read, 0, 2 << 20, &GEO, BUF, &mut s),
+            Err(errno::EINVAL)
+        );
+    }
+}

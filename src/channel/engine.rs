@@ -1,0 +1,629 @@
+//! The channel engine: turns [`ScsiCmd`]s into SRP_CMDs, keeps the credit count (`req_lim`) exactly as
+//! SRP r16a says, and turns SRP_RSPs back into [`Done`]s.
+//!
+//! - Tags: one per ublk tag (`0..depth`). The SRP tag on the wire is `gen << 16 | tag`, where `gen`
+//!   changes on every send, so a late response to an earlier use of a tag is recognised and dropped.
+//! - Send slots: slot `t` belongs to tag `t`; `extra_slots` more carry CRED_RSP / AER_RSP /
+//!   I_LOGOUT (which cost no credit). A tag completes only when both its SRP_RSP and its SEND
+//!   completion have arrived: the response can come first, and until the SEND completes the slot and
+//!   any immediate data buffer are still the HCA's.
+//! - Credits: start from LOGIN_RSP; every SRP_RSP, CRED_REQ and AER_REQ adds its delta; every
+//!   SRP_CMD takes one; one is always kept back for task management (as ib_srp does). A command with
+//!   no credit waits in a FIFO (counted as a stall) and goes when credits return.
+//! - Nothing here allocates after construction.
+
+use super::{DataBuf, DataDir, ScsiCmd, Transport, TransportError, Wc, WcKind, WcStatus};
+use crate::wire::scsi::sense::errno;
+use crate::wire::scsi::{classify, Action, ScsiStatus, Sense};
+use crate::wire::srp::{
+    parse_target_iu, DataDesc, DirectBuf, RspFlags, ScsiLun, SrpCmd, TLogoutReason, TagOnly,
+    TargetIu,
+};
+use crate::wire::WireError;
+use std::collections::VecDeque;
+
+/// Fixed parameters of one channel, from the login and the device setup.
+#[derive(Clone, Copy, Debug)]
+pub struct ChannelConfig {
+    /// Commands in flight at most (the ublk queue depth for this channel).
+    pub depth: u16,
+    /// Send slots beyond `depth` for CRED_RSP / AER_RSP / I_LOGOUT.
+    pub extra_slots: u16,
+    /// The logical unit commands go to.
+    pub lun: ScsiLun,
+    /// Initial credits (LOGIN_RSP `req_lim_delta`).
+    pub req_lim: i32,
+    /// Largest immediate data payload the target accepts (0: no immediate data).
+    pub max_imm: u32,
+    /// Offset of immediate data in an SRP_CMD (agreed at login, 68).
+    pub imm_data_offset: usize,
+    /// Retries of a command that failed with a retryable status (unit attention, busy, ...).
+    pub max_retries: u8,
+}
+
+/// Why a channel stopped carrying I/O.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DownReason {
+    /// The target sent SRP_T_LOGOUT.
+    TargetLogout(TLogoutReason),
+    /// The target sent an IU that does not decode; the channel must be reset.
+    Malformed(WireError),
+    /// A send or receive failed (QP error, flush after disconnect).
+    Transport(String),
+}
+
+impl std::fmt::Display for DownReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DownReason::TargetLogout(r) => write!(f, "target logged the channel out ({r:?})"),
+            DownReason::Malformed(e) => write!(f, "malformed IU from the target: {e}"),
+            DownReason::Transport(e) => write!(f, "transport failure: {e}"),
+        }
+    }
+}
+
+/// Counters, for `list` and the benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// SRP_CMDs sent (including retries).
+    pub cmds: u64,
+    /// Commands completed to the front end.
+    pub completed: u64,
+    /// Times a command waited for credits.
+    pub credit_stalls: u64,
+    /// Retries after retryable statuses.
+    pub retries: u64,
+    /// Responses for no outstanding command (late or duplicate), dropped.
+    pub unexpected_rsp: u64,
+    /// Malformed IUs from the target.
+    pub malformed: u64,
+    /// SRP_CRED_REQs answered.
+    pub cred_reqs: u64,
+    /// SRP_AER_REQs answered.
+    pub aer_reqs: u64,
+    /// Lowest credit count seen.
+    pub min_req_lim: i32,
+}
+
+/// How a command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmdOutcome {
+    /// SCSI status.
+    pub status: ScsiStatus,
+    /// Decoded sense data, when the target sent some.
+    pub sense: Option<Sense>,
+    /// Bytes not transferred (data-in or data-out underflow residual).
+    pub resid: u32,
+    /// 0 on success, else the (positive) errno for the block layer.
+    pub errno: i32,
+}
+
+impl CmdOutcome {
+    fn failed(errno: i32) -> Self {
+        CmdOutcome {
+            status: ScsiStatus::Good,
+            sense: None,
+            resid: 0,
+            errno,
+        }
+    }
+    /// Bytes transferred out of `len` on success, or the errno.
+    pub fn bytes(&self, len: u32) -> Result<u32, i32> {
+        if self.errno == 0 {
+            Ok(len.saturating_sub(self.resid))
+        } else {
+            Err(self.errno)
+        }
+    }
+}
+
+/// A finished command, handed back to the front end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    /// The tag it was submitted with.
+    pub tag: u16,
+    /// How it ended.
+    pub outcome: CmdOutcome,
+}
+
+/// Why a submit was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// The tag is outside `0..depth`.
+    #[error("tag {0} is outside the channel's depth")]
+    BadTag(u16),
+    /// The tag already has a command in flight.
+    #[error("tag {0} already has a command in flight")]
+    Busy(u16),
+    /// The channel is down.
+    #[error("channel is down: {0}")]
+    Down(DownReason),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RspInfo {
+    status: u8,
+    sense: Option<Sense>,
+    resid: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum TagState {
+    Idle,
+    /// Waiting for a credit.
+    Waiting,
+    /// Sent; completes when both the response and the send completion are in.
+    InFlight {
+        send_done: bool,
+        rsp: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TagEntry {
+    state: TagState,
+    gen: u16,
+    retries: u8,
+    cmd: ScsiCmd,
+    rsp: Option<RspInfo>,
+}
+
+/// One SRP channel's engine over a transport `T`.
+pub struct Channel<T: Transport> {
+    t: T,
+    cfg: ChannelConfig,
+    req_lim: i32,
+    tags: Vec<TagEntry>,
+    waiting: VecDeque<u16>,
+    extra_free: Vec<u16>,
+    busy: u16,
+    down: Option<DownReason>,
+    wcs: Vec<Wc>,
+    stats: ChannelStats,
+}
+
+const POLL_BATCH: usize = 32;
+
+impl<T: Transport> Channel<T> {
+    /// A channel over a connected transport whose receives are already posted.
+    pub fn new(t: T, cfg: ChannelConfig) -> Self {
+        let idle = TagEntry {
+            state: TagState::Idle,
+            gen: 0,
+            retries: 0,
+            cmd: ScsiCmd {
+                cdb: crate::wire::scsi::Cdb::test_unit_ready(),
+                data: DataDir::None,
+            },
+            rsp: None,
+        };
+        Channel {
+            t,
+            req_lim: cfg.req_lim,
+            tags: vec![idle; usize::from(cfg.depth)],
+            waiting: VecDeque::with_capacity(usize::from(cfg.depth)),
+            extra_free: (cfg.depth..cfg.depth + cfg.extra_slots).rev().collect(),
+            busy: 0,
+            down: None,
+            wcs: vec![
+                Wc {
+                    kind: WcKind::Send,
+                    id: 0,
+                    len: 0,
+                    status: WcStatus::Ok
+                };
+                POLL_BATCH
+            ],
+            stats: ChannelStats {
+                min_req_lim: cfg.req_lim,
+                ..Default::default()
+            },
+            cfg,
+        }
+    }
+
+    /// The transport (to arm it, or reach its file descriptor).
+    pub fn transport(&mut self) -> &mut T {
+        &mut self.t
+    }
+
+    /// Consumes the channel, returning the transport (for teardown).
+    pub fn into_transport(self) -> T {
+        self.t
+    }
+
+    /// Commands not yet completed (waiting for credit or in flight).
+    pub fn busy(&self) -> u16 {
+        self.busy
+    }
+
+    /// Current credits.
+    pub fn req_lim(&self) -> i32 {
+        self.req_lim
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ChannelStats {
+        self.stats
+    }
+
+    /// Why the channel is down, if it is.
+    pub fn down(&self) -> Option<&DownReason> {
+        self.down.as_ref()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ChannelConfig {
+        &self.cfg
+    }
+
+    /// Queues `cmd` under `tag`; it is sent at once if a credit is free.
+    pub fn submit(&mut self, tag: u16, cmd: ScsiCmd) -> Result<(), SubmitError> {
+        if let Some(d) = &self.down {
+            return Err(SubmitError::Down(d.clone()));
+        }
+        let e = self
+            .tags
+            .get_mut(usize::from(tag))
+            .ok_or(SubmitError::BadTag(tag))?;
+        if e.state != TagState::Idle {
+            return Err(SubmitError::Busy(tag));
+        }
+        e.cmd = cmd;
+        e.retries = 0;
+        e.rsp = None;
+        self.busy += 1;
+        self.start(tag);
+        Ok(())
+    }
+
+    /// Sends `tag` now if a credit allows, else puts it in the waiting FIFO.
+    fn start(&mut self, tag: u16) {
+        // keep one credit for task management, as ib_srp does
+        if self.req_lim > 1 && self.waiting.is_empty() {
+            if let Err(e) = self.send_cmd(tag) {
+                self.set_down(DownReason::Transport(e.to_string()));
+                self.tags[usize::from(tag)].state = TagState::Waiting;
+                self.waiting.push_back(tag);
+            }
+        } else {
+            self.stats.credit_stalls += 1;
+            self.tags[usize::from(tag)].state = TagState::Waiting;
+            self.waiting.push_back(tag);
+        }
+    }
+
+    fn send_cmd(&mut self, tag: u16) -> Result<(), TransportError> {
+        let idx = usize::from(tag);
+        let e = &mut self.tags[idx];
+        e.gen = e.gen.wrapping_add(1);
+        let srp_tag = (u64::from(e.gen) << 16) | u64::from(tag);
+        let cdb = e.cmd.cdb;
+        let direct = |b: DataBuf| {
+            DataDesc::Direct(DirectBuf {
+                va: b.addr,
+                key: b.rkey,
+                len: b.len,
+            })
+        };
+        let (data_out, data_in, imm) = match e.cmd.data {
+            DataDir::None => (DataDesc::None, DataDesc::None, None),
+            DataDir::In(b) => (DataDesc::None, direct(b), None),
+            DataDir::Out(b) if b.len > 0 && b.len <= self.cfg.max_imm => {
+                (DataDesc::Immediate { len: b.len }, DataDesc::None, Some(b))
+            }
+            DataDir::Out(b) => (direct(b), DataDesc::None, None),
+        };
+        let cmd = SrpCmd::new(srp_tag, self.cfg.lun, cdb.as_slice())
+            .data_out(data_out)
+            .data_in(data_in);
+        let n = cmd
+            .encode(self.t.send_buf(tag), self.cfg.imm_data_offset)
+            .map_err(|e| TransportError {
+                op: "encode SRP_CMD",
+                detail: e.to_string(),
+            })?;
+        self.t.post_send(tag, n, imm)?;
+        self.req_lim -= 1;
+        self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
+        self.stats.cmds += 1;
+        self.tags[idx].state = TagState::InFlight {
+            send_done: false,
+            rsp: false,
+        };
+        Ok(())
+    }
+
+    /// Sends a 16-byte credit-free IU (CRED_RSP, AER_RSP, I_LOGOUT) on an extra slot.
+    fn send_small(&mut self, iu: [u8; 16]) {
+        let Some(slot) = self.extra_free.pop() else {
+            // more unanswered target requests than extra slots: the target broke its own limits
+            self.set_down(DownReason::Transport(
+                "no free send slot for a CRED/AER response".into(),
+            ));
+            return;
+        };
+        self.t.send_buf(slot)[..16].copy_from_slice(&iu);
+        if let Err(e) = self.t.post_send(slot, 16, None) {
+            self.extra_free.push(slot);
+            self.set_down(DownReason::Transport(e.to_string()));
+        }
+    }
+
+    /// Sends SRP_I_LOGOUT (the target may ignore it; LIO does). Costs no credit.
+    pub fn send_i_logout(&mut self) {
+        self.send_small(TagOnly::i_logout(0).encode());
+    }
+
+    fn set_down(&mut self, reason: DownReason) {
+        if self.down.is_none() {
+            tracing::warn!("SRP channel down: {reason}");
+            self.down = Some(reason);
+        }
+    }
+
+    /// Polls one batch of completions and handles them, calling `done` for every finished command.
+    /// Returns how many work completions were processed (0: nothing was ready).
+    pub fn process(&mut self, done: &mut dyn FnMut(Done)) -> usize {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        let n = match self.t.poll(&mut wcs) {
+            Ok(n) => n,
+            Err(e) => {
+                self.set_down(DownReason::Transport(e.to_string()));
+                0
+            }
+        };
+        for wc in &wcs[..n] {
+            match wc.kind {
+                WcKind::Send => self.on_send(wc, done),
+                WcKind::Recv => self.on_recv(wc, done),
+            }
+        }
+        self.wcs = wcs;
+        if self.down.is_none() {
+            self.drain_waiting();
+        }
+        n
+    }
+
+    fn drain_waiting(&mut self) {
+        while self.req_lim > 1 {
+            let Some(tag) = self.waiting.pop_front() else {
+                break;
+            };
+            if let Err(e) = self.send_cmd(tag) {
+                self.waiting.push_front(tag);
+                self.set_down(DownReason::Transport(e.to_string()));
+                break;
+            }
+        }
+    }
+
+    fn on_send(&mut self, wc: &Wc, done: &mut dyn FnMut(Done)) {
+        if wc.status != WcStatus::Ok {
+            self.set_down(DownReason::Transport(format!(
+                "send completion {:?}",
+                wc.status
+            )));
+        }
+        if wc.id >= self.cfg.depth {
+            self.extra_free.push(wc.id);
+            return;
+        }
+        let idx = usize::from(wc.id);
+        if let TagState::InFlight {
+            send_done: false,
+            rsp,
+        } = self.tags[idx].state
+        {
+            self.tags[idx].state = TagState::InFlight {
+                send_done: true,
+                rsp,
+            };
+            if rsp {
+                self.finish(wc.id, done);
+            }
+        }
+    }
+
+    fn on_recv(&mut self, wc: &Wc, done: &mut dyn FnMut(Done)) {
+        if wc.status != WcStatus::Ok {
+            // flushed receives after a disconnect are expected; anything else is a failure
+            self.set_down(DownReason::Transport(format!(
+                "receive completion {:?}",
+                wc.status
+            )));
+            return;
+        }
+        let buf = self.t.recv_buf(wc.id);
+        let iu = &buf[..buf.len().min(wc.len as usize)];
+        // copy out what is needed: the buffer is reposted before acting on it
+        let action = match parse_target_iu(iu) {
+            Ok(TargetIu::Rsp(r)) => {
+                let resid = if r.flags.has(RspFlags::DIUNDER) {
+                    r.data_in_res_cnt
+                } else if r.flags.has(RspFlags::DOUNDER) {
+                    r.data_out_res_cnt
+                } else {
+                    0
+                };
+                let sense = if r.sense.is_empty() {
+                    None
+                } else {
+                    Sense::parse(r.sense).ok()
+                };
+                Recv::Rsp(
+                    r.tag,
+                    r.req_lim_delta,
+                    RspInfo {
+                        status: r.status,
+                        sense,
+                        resid,
+                    },
+                )
+            }
+            Ok(TargetIu::CredReq(c)) => Recv::Cred(c.tag, c.req_lim_delta),
+            Ok(TargetIu::AerReq(a)) => {
+                Recv::Aer(a.tag, a.req_lim_delta, Sense::parse(a.sense).ok())
+            }
+            Ok(TargetIu::TLogout(l)) => Recv::Logout(l.reason),
+            Err(e) => Recv::Bad(e),
+        };
+        if let Err(e) = self.t.post_recv(wc.id) {
+            self.set_down(DownReason::Transport(e.to_string()));
+        }
+        match action {
+            Recv::Rsp(srp_tag, delta, info) => {
+                self.add_credits(delta);
+                self.on_rsp(srp_tag, info, done);
+            }
+            Recv::Cred(tag, delta) => {
+                self.stats.cred_reqs += 1;
+                self.add_credits(delta);
+                self.send_small(TagOnly::cred_rsp(tag).encode());
+            }
+            Recv::Aer(tag, delta, sense) => {
+                self.stats.aer_reqs += 1;
+                self.add_credits(delta);
+                tracing::info!("asynchronous event from the target: {sense:?}");
+                self.send_small(TagOnly::aer_rsp(tag).encode());
+            }
+            Recv::Logout(reason) => self.set_down(DownReason::TargetLogout(reason)),
+            Recv::Bad(e) => {
+                self.stats.malformed += 1;
+                self.set_down(DownReason::Malformed(e));
+            }
+        }
+    }
+
+    fn add_credits(&mut self, delta: i32) {
+        self.req_lim = self.req_lim.saturating_add(delta);
+        self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
+    }
+
+    fn on_rsp(&mut self, srp_tag: u64, info: RspInfo, done: &mut dyn FnMut(Done)) {
+        let tag = (srp_tag & 0xffff) as u16;
+        let gen = ((srp_tag >> 16) & 0xffff) as u16;
+        let valid = srp_tag >> 32 == 0 && tag < self.cfg.depth;
+        let e = match self.tags.get_mut(usize::from(tag)) {
+            Some(e) if valid && e.gen == gen => e,
+            _ => {
+                self.stats.unexpected_rsp += 1;
+                return;
+            }
+        };
+        match e.state {
+            TagState::InFlight {
+                send_done,
+                rsp: false,
+            } => {
+                e.rsp = Some(info);
+                e.state = TagState::InFlight {
+                    send_done,
+                    rsp: true,
+                };
+                if send_done {
+                    self.finish(tag, done);
+                }
+            }
+            _ => self.stats.unexpected_rsp += 1,
+        }
+    }
+
+    /// Both the response and the send completion are in: complete, or retry.
+    fn finish(&mut self, tag: u16, done: &mut dyn FnMut(Done)) {
+        let idx = usize::from(tag);
+        let Some(info) = self.tags[idx].rsp.take() else {
+            return;
+        };
+        let status = ScsiStatus::from(info.status);
+        let d = classify(status, info.sense.as_ref());
+        let retry = matches!(
+            d.action,
+            Action::Retry | Action::RetryAfterDelay | Action::RefreshThenRetry(_)
+        );
+        if retry && self.tags[idx].retries < self.cfg.max_retries && self.down.is_none() {
+            self.tags[idx].retries += 1;
+            self.stats.retries += 1;
+            self.tags[idx].state = TagState::Idle;
+            self.start(tag);
+            return;
+        }
+        let outcome = CmdOutcome {
+            status,
+            sense: info.sense,
+            resid: info.resid,
+            errno: d.errno,
+        };
+        self.complete(tag, outcome, done);
+    }
+
+    fn complete(&mut self, tag: u16, outcome: CmdOutcome, done: &mut dyn FnMut(Done)) {
+        self.tags[usize::from(tag)].state = TagState::Idle;
+        self.busy -= 1;
+        self.stats.completed += 1;
+        done(Done { tag, outcome });
+    }
+
+    /// Fails every command that has not completed (after the channel went down), with `errno`.
+    /// Commands whose SEND is still the HCA's are failed too: the caller must not reuse their
+    /// buffers until the transport is torn down (which flushes the QP).
+    pub fn fail_all(&mut self, errno_val: i32, done: &mut dyn FnMut(Done)) {
+        self.waiting.clear();
+        for tag in 0..self.cfg.depth {
+            if self.tags[usize::from(tag)].state != TagState::Idle {
+                self.tags[usize::from(tag)].rsp = None;
+                self.complete(tag, CmdOutcome::failed(errno_val), done);
+            }
+        }
+    }
+
+    /// Runs one command to completion on an otherwise idle channel, polling (for setup commands
+    /// such as INQUIRY before the device exists). Gives up after `timeout`.
+    pub fn execute(
+        &mut self,
+        tag: u16,
+        cmd: ScsiCmd,
+        timeout: std::time::Duration,
+    ) -> Result<CmdOutcome, SubmitError> {
+        self.submit(tag, cmd)?;
+        let start = std::time::Instant::now();
+        let mut out = None;
+        while out.is_none() {
+            let n = self.process(&mut |d| {
+                if d.tag == tag {
+                    out = Some(d.outcome)
+                }
+            });
+            if out.is_some() {
+                break;
+            }
+            if let Some(d) = self.down.clone() {
+                self.fail_all(errno::EIO, &mut |_| {});
+                return Err(SubmitError::Down(d));
+            }
+            if start.elapsed() > timeout {
+                let d = DownReason::Transport(format!("no response within {timeout:?}"));
+                self.set_down(d.clone());
+                self.fail_all(errno::EIO, &mut |_| {});
+                return Err(SubmitError::Down(d));
+            }
+            if n == 0 {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+        Ok(out.unwrap_or(CmdOutcome::failed(errno::EIO)))
+    }
+}
+
+enum Recv {
+    Rsp(u64, i32, RspInfo),
+    Cred(u64, i32),
+    Aer(u64, i32, Option<Sense>),
+    Logout(TLogoutReason),
+    Bad(WireError),
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,333 @@
+//! The engine over the fake target: data round trips, pipelining with credits, and the faults the lab
+//! cannot trigger on demand.
+
+use super::*;
+use crate::channel::block::{to_scsi, BlockOp, Geometry};
+use crate::channel::fake::FakeTarget;
+use crate::wire::scsi::Cdb;
+use crate::wire::srp::opcode;
+
+const DEPTH: u16 = 8;
+const GEO: Geometry = Geometry {
+    block_shift: 9,
+    blocks: 2048,
+    unmap: true,
+    write_same_unmap: true,
+};
+
+fn cfg(req_lim: i32) -> ChannelConfig {
+    ChannelConfig {
+        depth: DEPTH,
+        extra_slots: 4,
+        lun: ScsiLun::from_int(0),
+        req_lim,
+        max_imm: 8192,
+        imm_data_offset: 68,
+        max_retries: 3,
+    }
+}
+
+fn setup(req_lim: i32) -> (Channel<FakeTarget>, Vec<DataBuf>) {
+    let mut t = FakeTarget::new(1 << 20, 512, DEPTH + 4, DEPTH + 8);
+    let bufs = (0..DEPTH).map(|_| t.alloc(65536)).collect();
+    (Channel::new(t, cfg(req_lim)), bufs)
+}
+
+/// Runs the channel until nothing completes any more; returns what finished.
+fn drain(ch: &mut Channel<FakeTarget>) -> Vec<Done> {
+    let mut out = Vec::new();
+    while ch.process(&mut |d| out.push(d)) > 0 {}
+    out
+}
+
+fn io(ch: &mut Channel<FakeTarget>, bufs: &[DataBuf], tag: u16, op: BlockOp, off: u64, len: u32) {
+    let b = bufs[usize::from(tag)];
+    let mut scratch = vec![0u8; 4096];
+    let cmd = to_scsi(op, off, len, &GEO, b, &mut scratch).unwrap();
+    if matches!(op, BlockOp::Discard | BlockOp::WriteZeroes { .. }) {
+        ch.transport().buf(b)[..4096].copy_from_slice(&scratch);
+    }
+    ch.submit(tag, cmd).unwrap();
+}
+
+#[test]
+fn write_then_read_direct_and_immediate() {
+    let (mut ch, bufs) = setup(16);
+    // 4 KiB goes as immediate data, 64 KiB by RDMA READ of our buffer
+    for (tag, len) in [(0u16, 4096u32), (1, 65536)] {
+        let pat: Vec<u8> = (0..len).map(|i| (i as u8) ^ (tag as u8 * 31)).collect();
+        ch.transport().buf(bufs[usize::from(tag)])[..len as usize].copy_from_slice(&pat);
+        io(
+            &mut ch,
+            &bufs,
+            tag,
+            BlockOp::Write { fua: false },
+            u64::from(tag) * 131072,
+            len,
+        );
+    }
+    let done = drain(&mut ch);
+    assert_eq!(done.len(), 2);
+    assert!(done.iter().all(|d| d.outcome.errno == 0));
+    for (tag, len) in [(2u16, 4096u32), (3, 65536)] {
+        io(
+            &mut ch,
+            &bufs,
+            tag,
+            BlockOp::Read,
+            u64::from(tag - 2) * 131072,
+            len,
+        );
+    }
+    let done = drain(&mut ch);
+    assert_eq!(done.len(), 2);
+    for (tag, wtag, len) in [(2u16, 0u8, 4096usize), (3, 1, 65536)] {
+        let got = ch.transport().buf(bufs[usize::from(tag)])[..len].to_vec();
+        let want: Vec<u8> = (0..len as u32).map(|i| (i as u8) ^ (wtag * 31)).collect();
+        assert_eq!(got, want, "tag {tag}");
+    }
+    assert_eq!(ch.req_lim(), 16, "one credit back per response");
+    assert_eq!(ch.busy(), 0);
+}
+
+#[test]
+fn pipelined_commands_respect_credits() {
+    // 4 credits: at most 3 commands out at once (one kept for task management)
+    let (mut ch, bufs) = setup(4);
+    ch.transport().faults.hold_rsps = true;
+    for tag in 0..DEPTH {
+        io(
+            &mut ch,
+            &bufs,
+            tag,
+            BlockOp::Read,
+            u64::from(tag) * 4096,
+            4096,
+        );
+    }
+    drain(&mut ch);
+    assert_eq!(
+        ch.transport().log.len(),
+        3,
+        "only req_lim - 1 commands may be sent"
+    );
+    assert_eq!(ch.stats().credit_stalls, 5);
+    assert_eq!(ch.req_lim(), 1);
+    ch.transport().faults.hold_rsps = false;
+    ch.transport().release_held();
+    let mut done = drain(&mut ch);
+    while done.len() < usize::from(DEPTH) {
+        ch.transport().release_held();
+        let more = drain(&mut ch);
+        assert!(!more.is_empty(), "stuck with {} done", done.len());
+        done.extend(more);
+    }
+    assert_eq!(done.len(), usize::from(DEPTH));
+    assert_eq!(ch.stats().min_req_lim, 1);
+    assert_eq!(ch.req_lim(), 4);
+}
+
+#[test]
+fn response_before_send_completion_waits_for_both() {
+    let (mut ch, bufs) = setup(16);
+    ch.transport().faults.rsp_before_send = true;
+    ch.transport().buf(bufs[0])[..4096].fill(0xab);
+    io(&mut ch, &bufs, 0, BlockOp::Write { fua: true }, 0, 4096);
+    let done = drain(&mut ch);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].outcome.errno, 0);
+    assert_eq!(&ch.transport().disk[..4096], &[0xab; 4096][..]);
+}
+
+#[test]
+fn cred_req_and_aer_req_are_answered_without_credit() {
+    let (mut ch, bufs) = setup(2);
+    ch.transport().faults.delta_per_rsp = Some(0);
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    io(&mut ch, &bufs, 1, BlockOp::Read, 0, 512);
+    let done = drain(&mut ch);
+    assert_eq!(
+        done.len(),
+        1,
+        "second command waits: responses return no credit"
+    );
+    assert_eq!(ch.req_lim(), 1);
+    ch.transport().send_cred_req(5, 0x77);
+    let done = drain(&mut ch);
+    assert_eq!(
+        done.len(),
+        1,
+        "the waiting command went once CRED_REQ granted credits"
+    );
+    assert_eq!(ch.stats().cred_reqs, 1);
+    ch.transport().send_aer_req(1, 0x78);
+    drain(&mut ch);
+    let small = ch.transport().small_ius.clone();
+    assert_eq!(
+        small,
+        vec![(opcode::CRED_RSP, 0x77), (opcode::AER_RSP, 0x78)]
+    );
+    assert_eq!(ch.req_lim(), 1 + 5 - 1 + 1);
+}
+
+#[test]
+fn unit_attention_is_retried_medium_error_fails() {
+    let (mut ch, bufs) = setup(16);
+    ch.transport()
+        .faults
+        .check_condition
+        .push_back((6, 0x29, 0x03));
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    let done = drain(&mut ch);
+    assert_eq!(done[0].outcome.errno, 0, "UNIT ATTENTION is absorbed");
+    assert_eq!(ch.stats().retries, 1);
+    ch.transport()
+        .faults
+        .check_condition
+        .push_back((3, 0x11, 0));
+    io(&mut ch, &bufs, 1, BlockOp::Read, 0, 512);
+    let done = drain(&mut ch);
+    assert_eq!(done[0].outcome.errno, errno::EIO);
+    assert_eq!(done[0].outcome.sense.unwrap().asc, 0x11);
+    // a UA that never clears gives up after max_retries
+    for _ in 0..4 {
+        ch.transport()
+            .faults
+            .check_condition
+            .push_back((6, 0x29, 0));
+    }
+    io(&mut ch, &bufs, 2, BlockOp::Read, 0, 512);
+    let done = drain(&mut ch);
+    assert_eq!(done[0].outcome.errno, errno::EIO);
+}
+
+#[test]
+fn late_and_unknown_responses_are_dropped() {
+    let (mut ch, bufs) = setup(16);
+    ch.transport().faults.drop_next_rsp = true;
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    assert!(
+        drain(&mut ch).is_empty(),
+        "lost response: nothing completes"
+    );
+    // a response with a stale generation for tag 0 and one for a tag that does not exist
+    let stale = 0u64; // generation 0 never goes out: every send bumps the generation first
+    let rsp = |tag| {
+        let r = crate::wire::srp::SrpRsp {
+            sol_not: 0,
+            req_lim_delta: 1,
+            tag,
+            flags: RspFlags(0),
+            status: 0,
+            data_out_res_cnt: 0,
+            data_in_res_cnt: 0,
+            resp_data: &[],
+            sense: &[],
+        };
+        let mut b = vec![0u8; 36];
+        r.encode(&mut b).unwrap();
+        b
+    };
+    ch.transport().inject(rsp(stale));
+    ch.transport().inject(rsp(0x1_0000_0000));
+    ch.transport().inject(rsp(u64::from(DEPTH + 1)));
+    assert!(drain(&mut ch).is_empty());
+    assert_eq!(ch.stats().unexpected_rsp, 3);
+    assert!(ch.down().is_none());
+    assert_eq!(ch.busy(), 1);
+}
+
+#[test]
+fn malformed_iu_and_t_logout_take_the_channel_down_without_panic() {
+    let (mut ch, bufs) = setup(16);
+    ch.transport().inject(vec![0xc1, 0, 0]);
+    drain(&mut ch);
+    assert!(matches!(ch.down(), Some(DownReason::Malformed(_))));
+    assert!(matches!(
+        ch.submit(
+            0,
+            ScsiCmd {
+                cdb: Cdb::test_unit_ready(),
+                data: DataDir::None
+            }
+        ),
+        Err(SubmitError::Down(_))
+    ));
+
+    let (mut ch, bufs2) = setup(16);
+    ch.transport().faults.hold_rsps = true;
+    io(&mut ch, &bufs2, 3, BlockOp::Read, 0, 512);
+    ch.transport().send_t_logout();
+    drain(&mut ch);
+    assert!(matches!(ch.down(), Some(DownReason::TargetLogout(_))));
+    let mut failed = Vec::new();
+    ch.fail_all(errno::EIO, &mut |d| failed.push(d));
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].outcome.bytes(512), Err(errno::EIO));
+    let _ = bufs;
+}
+
+#[test]
+fn discard_write_zeroes_flush_and_logout() {
+    let (mut ch, bufs) = setup(16);
+    ch.transport().disk[..4096].fill(0x5a);
+    io(&mut ch, &bufs, 0, BlockOp::Discard, 0, 1024);
+    io(
+        &mut ch,
+        &bufs,
+        1,
+        BlockOp::WriteZeroes { may_unmap: false },
+        2048,
+        2048,
+    );
+    io(&mut ch, &bufs, 2, BlockOp::Flush, 0, 0);
+    let done = drain(&mut ch);
+    assert_eq!(done.len(), 3);
+    assert!(done.iter().all(|d| d.outcome.errno == 0), "{done:?}");
+    let disk = &ch.transport().disk;
+    assert!(disk[..1024].iter().all(|&b| b == 0));
+    assert!(disk[1024..2048].iter().all(|&b| b == 0x5a));
+    assert!(disk[2048..4096].iter().all(|&b| b == 0));
+    ch.send_i_logout();
+    drain(&mut ch);
+    assert_eq!(ch.transport().small_ius, vec![(opcode::I_LOGOUT, 0)]);
+}
+
+#[test]
+fn submit_checks_tags() {
+    let (mut ch, bufs) = setup(16);
+    ch.transport().faults.hold_rsps = true;
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    let tur = ScsiCmd {
+        cdb: Cdb::test_unit_ready(),
+        data: DataDir::None,
+    };
+    assert_eq!(ch.submit(0, tur), Err(SubmitError::Busy(0)));
+    assert_eq!(ch.submit(DEPTH, tur), Err(SubmitError::BadTag(DEPTH)));
+}
+
+#[test]
+fn execute_runs_one_command_synchronously() {
+    let (mut ch, _) = setup(16);
+    let o = ch
+        .execute(
+            5,
+            ScsiCmd {
+                cdb: Cdb::test_unit_ready(),
+                data: DataDir::None,
+            },
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+    assert_eq!(o.errno, 0);
+    ch.transport().faults.drop_next_rsp = true;
+    let e = ch.execute(
+        5,
+        ScsiCmd {
+            cdb: Cdb::test_unit_ready(),
+            data: DataDir::None,
+        },
+        std::time::Duration::from_millis(20),
+    );
+    assert!(matches!(e, Err(SubmitError::Down(_))));
+}

@@ -1,0 +1,374 @@
+//! An in-process SRP target behind the [`Transport`] trait, for fast deterministic tests and fault
+//! injection (what the lab cannot trigger on demand). It executes SRP_CMDs against a RAM disk: READ(16),
+//! WRITE(16), SYNCHRONIZE CACHE(16), UNMAP, WRITE SAME(16), TEST UNIT READY, READ CAPACITY(16).
+//!
+//! Data buffers are owned by the fake ([`FakeTarget::alloc`]): a descriptor's `key` names the buffer
+//! and `va - addr` is the offset, so no raw memory is touched.
+
+use super::{DataBuf, Transport, TransportError, Wc, WcKind, WcStatus};
+use crate::wire::scsi::cdb::op;
+use crate::wire::srp::{
+    parse_initiator_iu, AerReq, CredReq, DataDesc, InitiatorIu, RspFlags, ScsiLun, SrpRsp, TLogout,
+    TLogoutReason,
+};
+use std::collections::VecDeque;
+
+/// Faults to inject.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// Deliver responses before the SEND completion of their command (gotcha 9).
+    pub rsp_before_send: bool,
+    /// Credits returned per response (default 1 when `None`).
+    pub delta_per_rsp: Option<i32>,
+    /// Fail the next N commands with this (sense key, asc, ascq) as CHECK CONDITION.
+    pub check_condition: VecDeque<(u8, u8, u8)>,
+    /// Drop the response to the next command (a lost response).
+    pub drop_next_rsp: bool,
+    /// Hold responses (not delivered until [`FakeTarget::release_held`]).
+    pub hold_rsps: bool,
+}
+
+/// The fake target.
+pub struct FakeTarget {
+    /// The disk.
+    pub disk: Vec<u8>,
+    /// Logical block size.
+    pub block: u32,
+    /// Faults to inject.
+    pub faults: Faults,
+    /// Commands received (CDB opcode, SRP tag), in order.
+    pub log: Vec<(u8, u64)>,
+    /// Small IUs received (opcode, tag): CRED_RSP, AER_RSP, I_LOGOUT.
+    pub small_ius: Vec<(u8, u64)>,
+    imm_data_offset: usize,
+    send_slots: Vec<Vec<u8>>,
+    recv: Vec<Vec<u8>>,
+    recv_posted: Vec<bool>,
+    bufs: Vec<Vec<u8>>,
+    cq: VecDeque<Wc>,
+    outbox: VecDeque<Vec<u8>>,
+    held: Vec<Vec<u8>>,
+    armed: bool,
+}
+
+const BUF_BASE: u64 = 1 << 40;
+
+impl FakeTarget {
+    /// A target with a `disk_bytes` RAM disk, `slots` send slots and `nr_recv` posted receives.
+    pub fn new(disk_bytes: usize, block: u32, slots: u16, nr_recv: u16) -> Self {
+        FakeTarget {
+            disk: vec![0; disk_bytes],
+            block,
+            faults: Faults::default(),
+            log: Vec::new(),
+            small_ius: Vec::new(),
+            imm_data_offset: 68,
+            send_slots: vec![vec![0; 8260]; usize::from(slots)],
+            recv: vec![vec![0; 8260]; usize::from(nr_recv)],
+            recv_posted: vec![true; usize::from(nr_recv)],
+            bufs: Vec::new(),
+            cq: VecDeque::new(),
+            outbox: VecDeque::new(),
+            held: Vec::new(),
+            armed: false,
+        }
+    }
+
+    /// A registered data buffer of `len` bytes owned by the fake.
+    pub fn alloc(&mut self, len: u32) -> DataBuf {
+        self.bufs.push(vec![0; len as usize]);
+        let key = self.bufs.len() as u32;
+        DataBuf {
+            addr: BUF_BASE * u64::from(key),
+            len,
+            lkey: key,
+            rkey: key,
+        }
+    }
+
+    /// The bytes of a buffer from [`FakeTarget::alloc`].
+    pub fn buf(&mut self, b: DataBuf) -> &mut [u8] {
+        &mut self.bufs[b.lkey as usize - 1]
+    }
+
+    fn mem(&mut self, key: u32, va: u64, len: u32) -> Option<&mut [u8]> {
+        let b = self.bufs.get_mut((key as usize).checked_sub(1)?)?;
+        let off = va.checked_sub(BUF_BASE * u64::from(key))? as usize;
+        b.get_mut(off..off.checked_add(len as usize)?)
+    }
+
+    /// Sends an IU to the initiator (delivered into the next posted receive).
+    pub fn inject(&mut self, iu: Vec<u8>) {
+        self.outbox.push_back(iu);
+        self.deliver();
+    }
+
+    /// Sends SRP_CRED_REQ granting `delta` credits.
+    pub fn send_cred_req(&mut self, delta: i32, tag: u64) {
+        self.inject(
+            CredReq {
+                sol_not: 0,
+                req_lim_delta: delta,
+                tag,
+            }
+            .encode()
+            .to_vec(),
+        );
+    }
+
+    /// Sends SRP_AER_REQ with a unit attention.
+    pub fn send_aer_req(&mut self, delta: i32, tag: u64) {
+        let sense = [
+            0x70, 0, 6, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x3f, 0x0e, 0, 0, 0, 0,
+        ];
+        let a = AerReq {
+            sol_not: 0,
+            req_lim_delta: delta,
+            tag,
+            lun: ScsiLun::from_int(0),
+            sense: &sense,
+        };
+        let mut b = vec![0u8; 64];
+        let n = a.encode(&mut b).expect("fits");
+        b.truncate(n);
+        self.inject(b);
+    }
+
+    /// Sends SRP_T_LOGOUT.
+    pub fn send_t_logout(&mut self) {
+        self.inject(
+            TLogout {
+                sol_not: 0,
+                reason: TLogoutReason::Inactive,
+                tag: 0,
+            }
+            .encode()
+            .to_vec(),
+        );
+    }
+
+    /// Delivers the held responses.
+    pub fn release_held(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        self.outbox.extend(held);
+        self.deliver();
+    }
+
+    /// Whether a completion notification was requested.
+    pub fn armed(&self) -> bool {
+        self.armed
+    }
+
+    fn deliver(&mut self) {
+        while let Some(iu) = self.outbox.front() {
+            let Some(idx) = self.recv_posted.iter().position(|&p| p) else {
+                return;
+            };
+            self.recv_posted[idx] = false;
+            let n = iu.len().min(self.recv[idx].len());
+            self.recv[idx][..n].copy_from_slice(&iu[..n]);
+            self.cq.push_back(Wc {
+                kind: WcKind::Recv,
+                id: idx as u16,
+                len: n as u32,
+                status: WcStatus::Ok,
+            });
+            self.outbox.pop_front();
+        }
+    }
+
+    fn respond(&mut self, tag: u64, status: u8, sense: &[u8], resid: u32, flags: u8) -> Vec<u8> {
+        let r = SrpRsp {
+            sol_not: 0,
+            req_lim_delta: self.faults.delta_per_rsp.unwrap_or(1),
+            tag,
+            flags: RspFlags(flags),
+            status,
+            data_out_res_cnt: 0,
+            data_in_res_cnt: resid,
+            resp_data: &[],
+            sense,
+        };
+        let mut b = vec![0u8; 256];
+        let n = r.encode(&mut b).expect("fits");
+        b.truncate(n);
+        b
+    }
+
+    /// Executes one SRP_CMD; returns the SRP_RSP to send.
+    fn execute(&mut self, iu: &[u8]) -> Option<Vec<u8>> {
+        let p = match parse_initiator_iu(iu, self.imm_data_offset) {
+            Ok(InitiatorIu::Cmd(p)) => p,
+            Ok(InitiatorIu::TskMgmt(t)) => return Some(self.respond(t.tag, 0, &[], 0, 0)),
+            Ok(InitiatorIu::ILogout(t))
+            | Ok(InitiatorIu::CredRsp(t))
+            | Ok(InitiatorIu::AerRsp(t)) => {
+                self.small_ius.push((t.opcode, t.tag));
+                return None;
+            }
+            Err(_) => return Some(self.respond(0, 0x02, &sense(0x05, 0x24, 0), 0, 0)),
+        };
+        let c = p.cmd;
+        let cdb = c.cdb;
+        self.log.push((cdb[0], c.tag));
+        if self.faults.drop_next_rsp {
+            self.faults.drop_next_rsp = false;
+            return None;
+        }
+        if let Some((k, a, q)) = self.faults.check_condition.pop_front() {
+            return Some(self.respond(c.tag, 0x02, &sense(k, a, q), 0, 0));
+        }
+        let bs = u64::from(self.block);
+        let lba_blocks = |cdb: &[u8]| {
+            let lba = u64::from_be_bytes(cdb[2..10].try_into().expect("8 bytes"));
+            let n = u32::from_be_bytes(cdb[10..14].try_into().expect("4 bytes"));
+            (lba, n)
+        };
+        let in_range = |lba: u64, n: u32, disk: usize| (lba + u64::from(n)) * bs <= disk as u64;
+        match cdb[0] {
+            op::READ_16 => {
+                let (lba, n) = lba_blocks(cdb);
+                if !in_range(lba, n, self.disk.len()) {
+                    return Some(self.respond(c.tag, 2, &sense(5, 0x21, 0), 0, 0));
+                }
+                let DataDesc::Direct(d) = c.data_in else {
+                    return Some(self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0));
+                };
+                let (off, len) = ((lba * bs) as usize, (u64::from(n) * bs) as usize);
+                let data = self.disk[off..off + len].to_vec();
+                match self.mem(d.key, d.va, d.len) {
+                    Some(m) if m.len() >= len => m[..len].copy_from_slice(&data),
+                    _ => return Some(self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0)),
+                }
+                Some(self.respond(c.tag, 0, &[], 0, 0))
+            }
+            op::WRITE_16 | op::WRITE_SAME_16 | op::UNMAP => {
+                let data: Vec<u8> = match c.data_out {
+                    DataDesc::Immediate { .. } => p.immediate.to_vec(),
+                    DataDesc::Direct(d) => match self.mem(d.key, d.va, d.len) {
+                        Some(m) => m.to_vec(),
+                        None => return Some(self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0)),
+                    },
+                    _ => return Some(self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0)),
+                };
+                let (lba, n) = if cdb[0] == op::UNMAP {
+                    let lba = u64::from_be_bytes(data[8..16].try_into().expect("8 bytes"));
+                    let n = u32::from_be_bytes(data[16..20].try_into().expect("4 bytes"));
+                    (lba, n)
+                } else {
+                    lba_blocks(cdb)
+                };
+                if !in_range(lba, n, self.disk.len()) {
+                    return Some(self.respond(c.tag, 2, &sense(5, 0x21, 0), 0, 0));
+                }
+                let off = (lba * bs) as usize;
+                let len = (u64::from(n) * bs) as usize;
+                if cdb[0] == op::WRITE_16 {
+                    self.disk[off..off + len].copy_from_slice(&data[..len]);
+                } else if cdb[0] == op::UNMAP {
+                    self.disk[off..off + len].fill(0);
+                } else {
+                    for chunk in self.disk[off..off + len].chunks_mut(bs as usize) {
+                        chunk.copy_from_slice(&data[..bs as usize]);
+                    }
+                }
+                Some(self.respond(c.tag, 0, &[], 0, 0))
+            }
+            op::SYNCHRONIZE_CACHE_16 | op::TEST_UNIT_READY => {
+                Some(self.respond(c.tag, 0, &[], 0, 0))
+            }
+            _ => Some(self.respond(c.tag, 2, &sense(5, 0x20, 0), 0, 0)),
+        }
+    }
+}
+
+/// Fixed-format sense bytes.
+pub fn sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
+    let mut s = vec![0u8; 18];
+    s[0] = 0x70;
+    s[2] = key;
+    s[7] = 10;
+    s[12] = asc;
+    s[13] = ascq;
+    s
+}
+
+impl Transport for FakeTarget {
+    fn send_buf(&mut self, slot: u16) -> &mut [u8] {
+        &mut self.send_slots[usize::from(slot)]
+    }
+
+    fn post_send(
+        &mut self,
+        slot: u16,
+        len: usize,
+        imm: Option<DataBuf>,
+    ) -> Result<(), TransportError> {
+        let mut iu = self.send_slots[usize::from(slot)][..len].to_vec();
+        if let Some(b) = imm {
+            let data = self.mem(b.lkey, b.addr, b.len).ok_or(TransportError {
+                op: "fake post_send",
+                detail: "immediate data buffer not registered".into(),
+            })?;
+            iu.extend_from_slice(data);
+        }
+        let rsp = self.execute(&iu);
+        let send_wc = Wc {
+            kind: WcKind::Send,
+            id: slot,
+            len: 0,
+            status: WcStatus::Ok,
+        };
+        if !self.faults.rsp_before_send {
+            self.cq.push_back(send_wc);
+        }
+        if let Some(r) = rsp {
+            if self.faults.hold_rsps {
+                self.held.push(r);
+            } else {
+                self.outbox.push_back(r);
+                self.deliver();
+            }
+        }
+        if self.faults.rsp_before_send {
+            self.cq.push_back(send_wc);
+        }
+        Ok(())
+    }
+
+    fn recv_buf(&self, idx: u16) -> &[u8] {
+        &self.recv[usize::from(idx)]
+    }
+
+    fn post_recv(&mut self, idx: u16) -> Result<(), TransportError> {
+        self.recv_posted[usize::from(idx)] = true;
+        self.deliver();
+        Ok(())
+    }
+
+    fn nr_recv(&self) -> u16 {
+        self.recv.len() as u16
+    }
+
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError> {
+        let n = out.len().min(self.cq.len());
+        for (slot, wc) in out.iter_mut().zip(self.cq.drain(..n)) {
+            *slot = wc;
+        }
+        Ok(n)
+    }
+
+    fn arm(&mut self) -> Result<(), TransportError> {
+        self.armed = true;
+        Ok(())
+    }
+
+    fn notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    fn ack_notify(&mut self) -> Result<(), TransportError> {
+        self.armed = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,132 @@
+//! One SRP channel = one queue's I/O engine: tag table, credits (`req_lim`), send slots, receive ring,
+//! SRP_RSP handling, CRED_REQ / AER_REQ answers. Owned by one thread; nothing in it is shared.
+//!
+//! The engine is generic over a small [`Transport`] (post a send, post a receive, poll completions) so
+//! the RDMA endpoint drives it in production and an in-process fake target ([`fake`]) drives it in
+//! tests. It never sees libublk or NBD: front ends hand it [`ScsiCmd`]s built by [`block`] and get
+//! [`Done`]s back.
+
+pub mod block;
+mod engine;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod fake;
+
+pub use engine::{Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason};
+
+use crate::wire::scsi::Cdb;
+use std::os::fd::RawFd;
+
+/// A registered buffer the target can RDMA-read or -write (one tag's data buffer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataBuf {
+    /// Start address (in the initiator's address space; what goes in a direct descriptor).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Local key, for gathering immediate data from it.
+    pub lkey: u32,
+    /// Remote key, for the target's RDMA.
+    pub rkey: u32,
+}
+
+impl DataBuf {
+    /// The first `len` bytes of this buffer.
+    pub fn prefix(self, len: u32) -> DataBuf {
+        DataBuf {
+            len: len.min(self.len),
+            ..self
+        }
+    }
+}
+
+/// Which queue a work completion came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcKind {
+    /// A send (an IU we posted) completed.
+    Send,
+    /// A receive completed: an IU from the target is in that receive buffer.
+    Recv,
+}
+
+/// Status of a work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcStatus {
+    /// Success.
+    Ok,
+    /// Flushed because the QP went to the error state (disconnect, teardown).
+    Flushed,
+    /// Any other failure (the verbs status code).
+    Error(u32),
+}
+
+/// One work completion, reduced to what the engine needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wc {
+    /// Send or receive.
+    pub kind: WcKind,
+    /// The send slot or receive buffer index.
+    pub id: u16,
+    /// Bytes received (receives only).
+    pub len: u32,
+    /// Status.
+    pub status: WcStatus,
+}
+
+/// A transport operation that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{op} failed: {detail}")]
+pub struct TransportError {
+    /// The operation (e.g. "ibv_post_send").
+    pub op: &'static str,
+    /// Why (errno text or the fake's reason).
+    pub detail: String,
+}
+
+/// What the channel engine needs from the RDMA connection (or from a fake target).
+pub trait Transport {
+    /// Send slot `slot`'s buffer, where an IU is encoded before [`Transport::post_send`].
+    fn send_buf(&mut self, slot: u16) -> &mut [u8];
+    /// Posts the first `len` bytes of send slot `slot` as one SEND; with `imm`, that buffer's bytes
+    /// follow as a second gather entry (immediate data). The slot stays busy until its completion.
+    fn post_send(
+        &mut self,
+        slot: u16,
+        len: usize,
+        imm: Option<DataBuf>,
+    ) -> Result<(), TransportError>;
+    /// Receive buffer `idx` (valid between its completion and the next [`Transport::post_recv`]).
+    fn recv_buf(&self, idx: u16) -> &[u8];
+    /// (Re)posts receive buffer `idx`.
+    fn post_recv(&mut self, idx: u16) -> Result<(), TransportError>;
+    /// Number of receive buffers.
+    fn nr_recv(&self) -> u16;
+    /// Polls up to `out.len()` completions.
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError>;
+    /// Asks for a notification on [`Transport::notify_fd`] at the next completion.
+    fn arm(&mut self) -> Result<(), TransportError>;
+    /// A file descriptor that becomes readable when an armed completion arrives.
+    fn notify_fd(&self) -> Option<RawFd>;
+    /// Consumes pending notifications (after the fd became readable).
+    fn ack_notify(&mut self) -> Result<(), TransportError>;
+}
+
+/// Which way a command's data goes, and where it lives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DataDir {
+    /// No data.
+    #[default]
+    None,
+    /// Target to initiator (reads): the target RDMA-writes this buffer.
+    In(DataBuf),
+    /// Initiator to target (writes): sent as immediate data when it fits, else RDMA-read by the target.
+    Out(DataBuf),
+}
+
+/// A SCSI command for the channel to carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScsiCmd {
+    /// The CDB.
+    pub cdb: Cdb,
+    /// Its data.
+    pub data: DataDir,
+}

@@ -1,0 +1,314 @@
+//! `srp-ublk add`: log in to a target and create `/dev/ublkbN`.
+//!
+//! Without `--foreground`, `add` starts itself again as the daemon (its own process group, stderr to a
+//! log file under /run/srp-ublk/logs/) and returns only when the daemon reports the device live (it
+//! prints the device path) or with the daemon's error. The daemon keeps serving until `del`.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use srp_ublk::frontend::ublk::{self as front, LiveInfo, PollMode, QueueStatus, UblkOptions};
+use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
+use srp_ublk::session::{Session, SessionOptions};
+use srp_ublk::wire::target::TargetSpec;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Set in the daemon's environment by `add`: print READY/ERROR lines on stdout for the parent.
+const DAEMON_ENV: &str = "SRP_UBLK_DAEMON";
+const LOG_ENV: &str = "SRP_UBLK_LOG_FILE";
+
+/// `srp-ublk add ...`
+#[derive(Debug, Args, Clone)]
+pub struct AddArgs {
+    /// The target: an ib_srp add_target string (or srp_daemon -o line), e.g.
+    /// "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555".
+    #[arg(long, short = 't')]
+    pub target: String,
+    /// The LUN to serve.
+    #[arg(long, default_value_t = 0)]
+    pub lun: u64,
+    /// Queues (= SRP channels); default: online CPUs capped by the target string's ch_count.
+    #[arg(long, short = 'q')]
+    pub queues: Option<u16>,
+    /// Queue depth per queue (capped by the credits the target grants, minus one).
+    #[arg(long, short = 'd', default_value_t = 64)]
+    pub depth: u16,
+    /// CPUs to pin queue threads to, e.g. "0,1" (queue q gets the q-th, cycling);
+    /// default: the kernel's affinity for each ublk queue.
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// How queue threads wait for completions.
+    #[arg(long, value_enum, default_value_t = PollMode::Adaptive)]
+    pub poll: PollMode,
+    /// ublk device id to use (default: the driver picks one).
+    #[arg(long, short = 'n', default_value_t = -1)]
+    pub id: i32,
+    /// Stay in the foreground, logging to stderr (for systemd and debugging).
+    #[arg(long)]
+    pub foreground: bool,
+    /// Print what `add` would log in with (normalized target, port ids) and exit.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Limit for each login step, in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub timeout: u64,
+}
+
+/// Runs `add`.
+pub fn run(a: AddArgs) -> anyhow::Result<()> {
+    let target = TargetSpec::parse(&a.target)?;
+    if a.dry_run {
+        print!("{}", super::target::describe(&target));
+        return Ok(());
+    }
+    check_ublk()?;
+    if std::env::var_os(DAEMON_ENV).is_some() {
+        return daemon(a, target, true);
+    }
+    if a.foreground {
+        return daemon(a, target, false);
+    }
+    spawn_daemon(&a)
+}
+
+/// The ublk driver must be there before anything else happens.
+pub fn check_ublk() -> anyhow::Result<()> {
+    if !std::path::Path::new("/dev/ublk-control").exists() {
+        bail!(
+            "no /dev/ublk-control: the ublk driver is not loaded; run `modprobe ublk_drv` \
+             (needs Linux 6.0 or later built with CONFIG_BLK_DEV_UBLK)"
+        );
+    }
+    Ok(())
+}
+
+fn spawn_daemon(a: &AddArgs) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let logs = run_dir().join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let log = logs.join(format!("add-{stamp}-{}.log", std::process::id()));
+    let log_file =
+        std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let mut child = Command::new(std::env::current_exe().context("cannot find my own executable")?)
+        .args(std::env::args_os().skip(1))
+        .env(DAEMON_ENV, "1")
+        .env(LOG_ENV, &log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log_file))
+        .process_group(0)
+        .spawn()
+        .context("cannot start the srp-ublk daemon")?;
+    let out = child.stdout.take().context("no pipe to the daemon")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let limit = Duration::from_secs(a.timeout * 4 + 60);
+    loop {
+        match rx.recv_timeout(limit) {
+            Ok(line) => {
+                if let Some(json) = line.strip_prefix("READY ") {
+                    let info: LiveInfo =
+                        serde_json::from_str(json).context("bad READY line from the daemon")?;
+                    if a.json {
+                        println!("{json}");
+                    } else {
+                        println!("{}", info.bdev);
+                    }
+                    return Ok(());
+                }
+                if let Some(msg) = line.strip_prefix("ERROR ") {
+                    let _ = child.wait();
+                    bail!("{msg}");
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait().ok();
+                bail!(
+                    "the daemon exited during setup ({status:?}); see {}",
+                    log.display()
+                );
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                bail!(
+                    "the daemon did not bring the device up within {limit:?}; see {}",
+                    log.display()
+                );
+            }
+        }
+    }
+}
+
+/// The daemon: log in, create the device, serve until stopped. With `notify`, report READY/ERROR on
+/// stdout for the parent `add`, then detach stdout.
+fn daemon(a: AddArgs, target: TargetSpec, notify: bool) -> anyhow::Result<()> {
+    let r = serve(&a, &target, notify);
+    if let Err(e) = &r {
+        if notify {
+            println!("ERROR {e:#}");
+            let _ = std::io::stdout().flush();
+        }
+    }
+    r
+}
+
+fn serve(a: &AddArgs, target: &TargetSpec, notify: bool) -> anyhow::Result<()> {
+    // SIGTERM/SIGINT stop the device (handled by a thread once it is live); SIGHUP is ignored
+    let mut sigs = nix::sys::signal::SigSet::empty();
+    for s in [
+        nix::sys::signal::SIGTERM,
+        nix::sys::signal::SIGINT,
+        nix::sys::signal::SIGHUP,
+    ] {
+        sigs.add(s);
+    }
+    sigs.thread_block().context("blocking signals")?;
+
+    let opts = SessionOptions {
+        channels: a.queues,
+        depth: a.depth,
+        lun: a.lun,
+        timeout: Duration::from_secs(a.timeout),
+    };
+    let session = Session::open(target, &opts)?;
+    tracing::info!(
+        "LUN {}: {} {} {} bytes, block {} bytes, {} queues x depth {}, wce {} fua {} ro {}",
+        session.lun.lun,
+        session.lun.inquiry.vendor,
+        session.lun.inquiry.product,
+        session.lun.size(),
+        session.lun.capacity.block_len,
+        session.channels.len(),
+        session.depth,
+        session.lun.write_cache,
+        session.lun.fua,
+        session.lun.read_only
+    );
+    let mut state = DeviceState {
+        pid: std::process::id(),
+        target: target.to_string(),
+        lun: session.lun.lun,
+        size: session.lun.size(),
+        block_size: session.lun.capacity.block_len,
+        depth: session.depth,
+        poll: format!("{:?}", a.poll).to_lowercase(),
+        vendor: session.lun.inquiry.vendor.clone(),
+        product: session.lun.inquiry.product.clone(),
+        serial: session.lun.serial.clone(),
+        wwid: session.lun.wwid.clone(),
+        rdma_device: session.rdma_device.clone(),
+        log: std::env::var(LOG_ENV).unwrap_or_default(),
+        queues: session
+            .channels
+            .iter()
+            .enumerate()
+            .map(|(i, c)| QueueState {
+                qid: i as u16,
+                req_lim_login: c.config().req_lim,
+                req_lim: c.req_lim(),
+                state: "running".into(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let status: Arc<Vec<QueueStatus>> = Arc::new(
+        (0..session.channels.len())
+            .map(|_| QueueStatus::default())
+            .collect(),
+    );
+    let uopts = UblkOptions {
+        poll: a.poll,
+        cpus: a.cpus.clone(),
+        dev_id: a.id,
+    };
+    let st2 = status.clone();
+    let on_live = move |info: LiveInfo| {
+        state.dev_id = info.dev_id;
+        state.bdev = info.bdev.clone();
+        refresh(&mut state, &st2);
+        if let Err(e) = state.write() {
+            tracing::warn!(
+                "cannot write {}: {e}",
+                DeviceState::path(info.dev_id).display()
+            );
+        }
+        tracing::info!("{} is live (ublk device {})", info.bdev, info.dev_id);
+        if notify {
+            println!("READY {}", serde_json::to_string(&info).unwrap_or_default());
+            let _ = std::io::stdout().flush();
+            detach_stdout();
+        } else {
+            println!("{}", info.bdev);
+            let _ = std::io::stdout().flush();
+        }
+        let dev_id = info.dev_id;
+        std::thread::spawn(move || loop {
+            match sigs.wait() {
+                Ok(nix::sys::signal::SIGHUP) => continue,
+                Ok(sig) => {
+                    tracing::info!("{sig:?}: stopping ublk device {dev_id}");
+                    if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(dev_id as i32) {
+                        let _ = c.kill_dev();
+                    }
+                    return;
+                }
+                Err(_) => return,
+            }
+        });
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(2));
+            if !DeviceState::path(dev_id).exists() {
+                return;
+            }
+            refresh(&mut state, &st2);
+            let _ = state.write();
+        });
+    };
+    let r = front::serve(session, uopts, status, on_live);
+    for d in DeviceState::all() {
+        if d.pid == std::process::id() {
+            DeviceState::remove(d.dev_id);
+        }
+    }
+    r?;
+    Ok(())
+}
+
+fn refresh(state: &mut DeviceState, status: &[QueueStatus]) {
+    for (q, s) in state.queues.iter_mut().zip(status) {
+        q.tid = s.tid.load(Relaxed);
+        q.req_lim = s.req_lim.load(Relaxed);
+        q.cmds = s.cmds.load(Relaxed);
+        q.credit_stalls = s.credit_stalls.load(Relaxed);
+        q.state = if s.down.load(Relaxed) {
+            "down".into()
+        } else {
+            "running".into()
+        };
+    }
+}
+
+/// After READY the parent exits: point stdout at /dev/null so later prints cannot fail.
+fn detach_stdout() {
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        let _ = nix::unistd::dup2(null.as_raw_fd(), 1);
+    }
+}

@@ -1,0 +1,93 @@
+//! `srp-ublk del`: stop a device's daemon (which logs its channels out and removes the device), with
+//! bounded waits and a clear message when something does not go away.
+
+use anyhow::bail;
+use clap::Args;
+use srp_ublk::session::state::DeviceState;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// `srp-ublk del ...`
+#[derive(Debug, Args)]
+pub struct DelArgs {
+    /// The ublk device id (N of /dev/ublkbN).
+    #[arg(short = 'n', long = "number", required_unless_present = "all")]
+    pub id: Option<u32>,
+    /// Every srp-ublk device.
+    #[arg(long, short = 'a', conflicts_with = "id")]
+    pub all: bool,
+    /// Seconds to wait for each device to go away.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
+}
+
+/// Runs `del`.
+pub fn run(a: DelArgs) -> anyhow::Result<()> {
+    let targets: Vec<DeviceState> = if a.all {
+        DeviceState::all()
+    } else {
+        let id = a.id.unwrap_or(0);
+        match DeviceState::read(&DeviceState::path(id)) {
+            Ok(s) => vec![s],
+            Err(_) if Path::new(&format!("/dev/ublkb{id}")).exists() => bail!(
+                "/dev/ublkb{id} is not served by srp-ublk (no {}); remove it with the tool that created it",
+                DeviceState::path(id).display()
+            ),
+            Err(_) => bail!("no device /dev/ublkb{id} (see `srp-ublk list`)"),
+        }
+    };
+    let mut failed = Vec::new();
+    for d in targets {
+        if let Err(e) = del_one(&d, Duration::from_secs(a.timeout)) {
+            eprintln!("srp-ublk: error: {e:#}");
+            failed.push(d.dev_id);
+        } else {
+            println!("deleted {}", d.bdev);
+        }
+    }
+    if !failed.is_empty() {
+        bail!("{} device(s) not deleted: {failed:?}", failed.len());
+    }
+    Ok(())
+}
+
+fn gone(d: &DeviceState) -> bool {
+    !d.daemon_alive()
+        && !Path::new(&d.bdev).exists()
+        && !Path::new(&format!("/dev/ublkc{}", d.dev_id)).exists()
+}
+
+fn del_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<()> {
+    if d.daemon_alive() {
+        let pid = nix::unistd::Pid::from_raw(d.pid as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM)?;
+    }
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if gone(d) {
+            DeviceState::remove(d.dev_id);
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !d.daemon_alive() {
+        // the daemon died and left the device behind: remove it ourselves
+        if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(d.dev_id as i32) {
+            let _ = c.kill_dev();
+            let _ = c.del_dev();
+        }
+        if gone(d) {
+            DeviceState::remove(d.dev_id);
+            return Ok(());
+        }
+    }
+    bail!(
+        "{} still present after {timeout:?} (daemon pid {} {}); is it still open? \
+         check `fuser -m {}` and the daemon log {}",
+        d.bdev,
+        d.pid,
+        if d.daemon_alive() { "running" } else { "gone" },
+        d.bdev,
+        d.log
+    )
+}

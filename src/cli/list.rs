@@ -1,0 +1,95 @@
+//! `srp-ublk list`: devices, their targets, channels, credits and where each queue thread runs.
+
+use clap::Args;
+use srp_ublk::session::state::DeviceState;
+
+/// `srp-ublk list ...`
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The CPUs a thread may run on, from /proc.
+pub fn thread_cpus(pid: u32, tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Cpus_allowed_list:")
+                    .map(|v| v.trim().to_string())
+            })
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Runs `list`.
+pub fn run(a: ListArgs) -> anyhow::Result<()> {
+    let devs = DeviceState::all();
+    if a.json {
+        let v: Vec<serde_json::Value> = devs
+            .iter()
+            .map(|d| {
+                let mut j = serde_json::to_value(d).unwrap_or_default();
+                j["state"] = if d.daemon_alive() {
+                    "running"
+                } else {
+                    "daemon gone"
+                }
+                .into();
+                if let Some(qs) = j["queues"].as_array_mut() {
+                    for q in qs {
+                        let tid = q["tid"].as_i64().unwrap_or(0) as i32;
+                        q["cpus"] = thread_cpus(d.pid, tid).into();
+                    }
+                }
+                j
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if devs.is_empty() {
+        println!("no srp-ublk devices");
+        return Ok(());
+    }
+    for d in devs {
+        println!(
+            "{}  {} {}  {} MiB  lun {}  {} queue(s) x depth {}  poll {}  {}  pid {}",
+            d.bdev,
+            d.vendor,
+            d.product,
+            d.size >> 20,
+            d.lun,
+            d.queues.len(),
+            d.depth,
+            d.poll,
+            if d.daemon_alive() {
+                "running"
+            } else {
+                "DAEMON GONE"
+            },
+            d.pid
+        );
+        println!("    target {}", d.target);
+        if let Some(w) = &d.wwid {
+            println!("    wwid {w}");
+        }
+        for q in &d.queues {
+            println!(
+                "    q{} channel {} via {}: tid {} cpus {} credits {} (login {}) cmds {} credit stalls {}",
+                q.qid,
+                q.state,
+                d.rdma_device,
+                q.tid,
+                thread_cpus(d.pid, q.tid),
+                q.req_lim,
+                q.req_lim_login,
+                q.cmds,
+                q.credit_stalls
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,3 @@
+//! Front ends: how the per-queue channels are presented. `ublk` makes `/dev/ublkbN`; NBD comes next.
+
+pub mod ublk;

@@ -1,0 +1,443 @@
+//! The ublk front end: `/dev/ublkbN` served by one thread per queue, each owning one SRP channel.
+//!
+//! Per queue thread (libublk's, pinned): the ublk io_uring delivers I/O commands; each becomes a SCSI
+//! command (channel::block) sent on this queue's channel with a direct descriptor pointing at the
+//! tag's buffer (registered once, at queue start) or as immediate data; completions are polled from
+//! the channel's CQ on the same thread and committed back through the same ring. While commands are
+//! in flight the loop busy-polls the CQ (the `adaptive` mode: for a bounded number of empty polls);
+//! when idle it arms the CQ and sleeps in io_uring on a PollAdd of the completion channel fd.
+
+use crate::channel::block::{to_scsi, BlockOp, Geometry};
+use crate::channel::{Channel, DataBuf, Done, Transport};
+use crate::rdma::Endpoint;
+use crate::session::{LunInfo, Session};
+use libublk::ctrl::UblkCtrlBuilder;
+use libublk::helpers::IoBuf;
+use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
+use libublk::{sys, BufDesc, BufDescList, UblkFlags, UblkIORes, UblkUringData};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// One queue's live counters, published by its thread only when it is about to sleep or every
+/// 1024 loops (relaxed stores to its own cache line: nothing on the I/O path is shared) and read by
+/// the daemon's state writer.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+pub struct QueueStatus {
+    /// The queue thread's tid (0 until it runs).
+    pub tid: AtomicI32,
+    /// Credits now.
+    pub req_lim: AtomicI32,
+    /// SRP_CMDs sent.
+    pub cmds: AtomicU64,
+    /// Credit stalls.
+    pub credit_stalls: AtomicU64,
+    /// The channel is down.
+    pub down: AtomicBool,
+}
+
+impl QueueStatus {
+    fn publish(&self, ch: &Channel<Endpoint>) {
+        let st = ch.stats();
+        self.req_lim.store(ch.req_lim(), Relaxed);
+        self.cmds.store(st.cmds, Relaxed);
+        self.credit_stalls.store(st.credit_stalls, Relaxed);
+        self.down.store(ch.down().is_some(), Relaxed);
+    }
+}
+
+/// How a queue thread waits for completions.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+pub enum PollMode {
+    /// Busy-poll the CQ whenever commands are in flight.
+    Busy,
+    /// Busy-poll for a bounded number of empty polls, then arm the CQ and sleep (the default).
+    Adaptive,
+    /// Always arm the CQ and sleep until its completion channel fires.
+    Interrupt,
+}
+
+/// Empty polls before an adaptive queue sleeps.
+const ADAPTIVE_SPINS: u32 = 2000;
+const OP_POLL_CQ: u32 = 1;
+const OP_POLL_CM: u32 = 2;
+
+/// Options of the ublk device.
+#[derive(Clone, Debug)]
+pub struct UblkOptions {
+    /// Completion mode.
+    pub poll: PollMode,
+    /// CPUs to pin queue threads to (queue q gets `cpus[q % len]`); empty: the kernel's affinity.
+    pub cpus: Vec<usize>,
+    /// Device id to ask for (-1: any).
+    pub dev_id: i32,
+}
+
+/// What the device looked like once it was live.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct LiveInfo {
+    /// ublk device id.
+    pub dev_id: u32,
+    /// `/dev/ublkbN`.
+    pub bdev: String,
+}
+
+/// A front end failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UblkFrontError {
+    /// libublk or the driver refused.
+    #[error("{what}: {source}")]
+    Ublk {
+        /// The step.
+        what: &'static str,
+        /// libublk's error.
+        #[source]
+        source: libublk::UblkError,
+    },
+}
+
+fn ublk_params(lun: &LunInfo, max_io: u32) -> sys::ublk_params {
+    let bs_shift = lun.block_shift() as u8;
+    let phys = lun
+        .capacity
+        .physical_block_len()
+        .unwrap_or(lun.capacity.block_len);
+    let phys_shift = (phys.trailing_zeros() as u8).clamp(bs_shift, 16);
+    let mut attrs = 0;
+    if lun.write_cache {
+        attrs |= sys::UBLK_ATTR_VOLATILE_CACHE;
+        if lun.fua {
+            attrs |= sys::UBLK_ATTR_FUA;
+        }
+    }
+    if lun.read_only {
+        attrs |= sys::UBLK_ATTR_READ_ONLY;
+    }
+    let opt = lun
+        .limits
+        .map(|l| l.opt_xfer_len.saturating_mul(lun.capacity.block_len))
+        .filter(|&b| b.is_power_of_two() && b <= max_io)
+        .map_or(phys_shift, |b| b.trailing_zeros() as u8);
+    let mut p = sys::ublk_params {
+        types: sys::UBLK_PARAM_TYPE_BASIC,
+        basic: sys::ublk_param_basic {
+            attrs,
+            logical_bs_shift: bs_shift,
+            physical_bs_shift: phys_shift,
+            io_opt_shift: opt.max(phys_shift),
+            io_min_shift: phys_shift,
+            max_sectors: max_io >> 9,
+            dev_sectors: lun.size() >> 9,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let unmap = lun.max_unmap_blocks();
+    if unmap > 0 {
+        let sectors_per_block = lun.capacity.block_len >> 9;
+        let gran = lun
+            .limits
+            .map_or(1, |l| l.unmap_granularity.max(1))
+            .saturating_mul(lun.capacity.block_len);
+        p.types |= sys::UBLK_PARAM_TYPE_DISCARD;
+        p.discard = sys::ublk_param_discard {
+            discard_alignment: 0,
+            discard_granularity: gran,
+            max_discard_sectors: unmap.saturating_mul(sectors_per_block).min(u32::MAX >> 1),
+            max_write_zeroes_sectors: lun
+                .limits
+                .map(|l| l.max_write_same_len)
+                .filter(|&n| n > 0)
+                .map_or(max_io >> 9, |n| {
+                    (n.min(u64::from(u32::MAX >> 1)) as u32).saturating_mul(sectors_per_block)
+                }),
+            max_discard_segments: 1,
+            reserved0: 0,
+        };
+    }
+    p
+}
+
+/// Creates `/dev/ublkbN` over the session's channels and serves it until the device is stopped
+/// (`srp-ublk del`, or the signal handler calling `kill_dev`). `on_live` runs once the device is live.
+pub fn serve(
+    session: Session,
+    opts: UblkOptions,
+    status: Arc<Vec<QueueStatus>>,
+    on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
+) -> Result<(), UblkFrontError> {
+    let nr_queues = session.channels.len() as u16;
+    let depth = session.depth;
+    let max_io = session.lun.max_io_bytes(session.target.opts.max_sect);
+    let params = ublk_params(&session.lun, max_io);
+    let geo = session.lun.geometry();
+    let size = session.lun.size();
+    let channels: Arc<Mutex<Vec<Option<Channel<Endpoint>>>>> =
+        Arc::new(Mutex::new(session.channels.into_iter().map(Some).collect()));
+    let ctrl = UblkCtrlBuilder::default()
+        .name("srp-ublk")
+        .id(opts.dev_id)
+        .nr_queues(nr_queues)
+        .depth(depth)
+        .io_buf_bytes(max_io)
+        .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+        .build()
+        .map_err(|source| UblkFrontError::Ublk {
+            what: "creating the ublk device (is ublk_drv loaded?)",
+            source,
+        })?;
+    let tgt_init = move |dev: &mut UblkDev| {
+        dev.set_default_params(size);
+        dev.tgt.params = params;
+        // room for the two PollAdds next to the depth's ublk commands
+        dev.tgt.sq_depth = depth + 8;
+        dev.tgt.cq_depth = depth + 8;
+        Ok(())
+    };
+    let mode = opts.poll;
+    let cpus = opts.cpus.clone();
+    let q_fn = move |qid: u16, dev: &UblkDev| {
+        let ch = channels
+            .lock()
+            .ok()
+            .and_then(|mut v| v.get_mut(usize::from(qid)).and_then(Option::take));
+        let Some(ch) = ch else {
+            tracing::error!("queue {qid}: no SRP channel for this queue");
+            return;
+        };
+        if !cpus.is_empty() {
+            let cpu = cpus[usize::from(qid) % cpus.len()];
+            let mut set = nix::sched::CpuSet::new();
+            if set.set(cpu).is_ok() {
+                if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
+                    tracing::warn!("queue {qid}: cannot pin to CPU {cpu}: {e}");
+                }
+            }
+        }
+        let Some(st) = status.get(usize::from(qid)) else {
+            return;
+        };
+        st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
+        if let Err(e) = run_queue(qid, dev, ch, geo, mode, st) {
+            tracing::error!("queue {qid}: {e}");
+        }
+    };
+    let res = ctrl.run_target(tgt_init, q_fn, move |c| {
+        let info = LiveInfo {
+            dev_id: c.dev_info().dev_id,
+            bdev: c.get_bdev_path(),
+        };
+        on_live(info);
+    });
+    let _ = ctrl.del_dev();
+    res.map(|_| ()).map_err(|source| UblkFrontError::Ublk {
+        what: "running the ublk device",
+        source,
+    })
+}
+
+/// A queue's resources in drop order: the channel (QP, registrations) goes before the buffers it
+/// registered.
+struct QueueRes {
+    ch: Channel<Endpoint>,
+    bufs: Vec<IoBuf<u8>>,
+    data: Vec<DataBuf>,
+    /// Per tag: (length, whether the result is a byte count).
+    pending: Vec<(u32, bool)>,
+}
+
+fn run_queue(
+    qid: u16,
+    dev: &UblkDev,
+    ch: Channel<Endpoint>,
+    geo: Geometry,
+    mode: PollMode,
+    status: &QueueStatus,
+) -> Result<(), String> {
+    let q = UblkQueue::new(qid, dev).map_err(|e| format!("creating the queue: {e}"))?;
+    let bufs = dev.alloc_queue_io_bufs();
+    let mut res = QueueRes {
+        ch,
+        bufs,
+        data: Vec::new(),
+        pending: vec![(0, false); usize::from(q.get_depth() as u16)],
+    };
+    for b in &res.bufs {
+        // SAFETY: each IoBuf lives in `res.bufs`, which is dropped after `res.ch` (field order of
+        // QueueRes), so the registration and the QP end before the memory does; the buffers are used
+        // only as this queue's ublk I/O buffers, whose contents the target is meant to read/write.
+        let d = unsafe { res.ch.transport().register(b.as_mut_ptr(), b.len()) }
+            .map_err(|e| format!("registering tag buffers: {e}"))?;
+        res.data.push(d);
+    }
+    let q = q
+        .submit_fetch_commands_unified(BufDescList::Slices(Some(&res.bufs)))
+        .map_err(|e| format!("submitting FETCH commands: {e}"))?;
+    let cq_fd = res.ch.transport().notify_fd();
+    let cm_fd = res.ch.transport().cm_fd();
+    let (mut cq_poll_pending, mut cm_poll_pending) = (false, false);
+    let mut spins = 0u32;
+    let mut loops = 0u32;
+    status.publish(&res.ch);
+    loop {
+        loops = loops.wrapping_add(1);
+        if !cm_poll_pending {
+            cm_poll_pending = submit_poll(&q, cm_fd, OP_POLL_CM);
+        }
+        let busy = res.ch.busy() > 0;
+        let spin = match mode {
+            PollMode::Busy => busy,
+            PollMode::Adaptive => busy && spins < ADAPTIVE_SPINS,
+            PollMode::Interrupt => false,
+        };
+        let mut to_wait = if spin { 0 } else { 1 };
+        if to_wait == 1 || loops % 1024 == 0 {
+            status.publish(&res.ch);
+        }
+        if to_wait == 1 {
+            if !cq_poll_pending {
+                let _ = res.ch.transport().arm();
+                if let Some(fd) = cq_fd {
+                    cq_poll_pending = submit_poll(&q, fd, OP_POLL_CQ);
+                }
+            }
+            // a completion may have landed before the arm took effect
+            if complete_ready(&q, &mut res) > 0 {
+                to_wait = 0;
+            }
+        }
+        let (mut cq_fired, mut cm_fired) = (false, false);
+        let r = q.flush_and_wake_io_tasks(
+            |data, cqe, _last| {
+                if data & UblkUringData::Target as u64 != 0 {
+                    match UblkIOCtx::user_data_to_op(data) {
+                        OP_POLL_CQ => cq_fired = true,
+                        OP_POLL_CM => cm_fired = true,
+                        _ => {}
+                    }
+                } else if cqe.result() == sys::UBLK_IO_RES_OK as i32 {
+                    start_io(&q, &mut res, geo, UblkIOCtx::user_data_to_tag(data) as u16);
+                }
+            },
+            to_wait,
+        );
+        if cq_fired {
+            cq_poll_pending = false;
+            let _ = res.ch.transport().ack_notify();
+        }
+        if cm_fired {
+            cm_poll_pending = false;
+            while let Some(ev) = res.ch.transport().poll_cm() {
+                tracing::warn!("queue {qid}: connection event {ev}");
+            }
+        }
+        let n = complete_ready(&q, &mut res);
+        spins = if n > 0 || !busy {
+            0
+        } else {
+            spins.saturating_add(1)
+        };
+        if res.ch.down().is_some() && res.ch.busy() > 0 {
+            let QueueRes {
+                ch, bufs, pending, ..
+            } = &mut res;
+            ch.fail_all(libc::EIO, &mut |d| commit(&q, bufs, pending, d));
+        }
+        if r.is_err() {
+            break;
+        }
+    }
+    res.ch.send_i_logout();
+    let _ = complete_ready(&q, &mut res);
+    drop(res);
+    Ok(())
+}
+
+fn submit_poll(q: &UblkQueue, fd: i32, op: u32) -> bool {
+    let sqe = io_uring::opcode::PollAdd::new(io_uring::types::Fd(fd), libc::POLLIN as u32)
+        .build()
+        .user_data(UblkIOCtx::build_user_data(0, op, 0, true));
+    q.ublk_submit_sqe_sync(sqe).is_ok()
+}
+
+/// Polls the channel and commits every finished command; returns how many completions it handled.
+fn complete_ready(q: &UblkQueue, res: &mut QueueRes) -> usize {
+    let mut total = 0;
+    let QueueRes {
+        ch, bufs, pending, ..
+    } = res;
+    loop {
+        let n = ch.process(&mut |d| commit(q, bufs, pending, d));
+        if n == 0 {
+            return total;
+        }
+        total += n;
+    }
+}
+
+fn commit(q: &UblkQueue, bufs: &[IoBuf<u8>], pending: &[(u32, bool)], d: Done) {
+    let tag = d.tag;
+    let (len, rw) = pending[usize::from(tag)];
+    let res = match d.outcome.bytes(len) {
+        Ok(n) => {
+            if rw {
+                n as i32
+            } else {
+                0
+            }
+        }
+        Err(errno) => -errno,
+    };
+    let _ = q.complete_io_cmd_unified(
+        tag,
+        BufDesc::Slice(bufs[usize::from(tag)].as_slice()),
+        Ok(UblkIORes::Result(res)),
+    );
+}
+
+fn start_io(q: &UblkQueue, res: &mut QueueRes, geo: Geometry, tag: u16) {
+    let iod = q.get_iod(tag);
+    let op = iod.op_flags & 0xff;
+    let flags = iod.op_flags;
+    let off = iod.start_sector << 9;
+    let len = iod.nr_sectors << 9;
+    let block_op = match op {
+        sys::UBLK_IO_OP_READ => Some(BlockOp::Read),
+        sys::UBLK_IO_OP_WRITE => Some(BlockOp::Write {
+            fua: flags & sys::UBLK_IO_F_FUA != 0,
+        }),
+        sys::UBLK_IO_OP_FLUSH => Some(BlockOp::Flush),
+        sys::UBLK_IO_OP_DISCARD => Some(BlockOp::Discard),
+        sys::UBLK_IO_OP_WRITE_ZEROES => Some(BlockOp::WriteZeroes {
+            may_unmap: flags & sys::UBLK_IO_F_NOUNMAP == 0,
+        }),
+        _ => None,
+    };
+    let idx = usize::from(tag);
+    res.pending[idx] = (
+        len,
+        matches!(block_op, Some(BlockOp::Read | BlockOp::Write { .. })),
+    );
+    let result = match block_op {
+        None => Err(libc::EOPNOTSUPP),
+        Some(bop) => to_scsi(
+            bop,
+            off,
+            len,
+            &geo,
+            res.data[idx],
+            res.bufs[idx].as_mut_slice(),
+        )
+        .and_then(|cmd| res.ch.submit(tag, cmd).map_err(|_| libc::EIO)),
+    };
+    if let Err(errno) = result {
+        let _ = q.complete_io_cmd_unified(
+            tag,
+            BufDesc::Slice(res.bufs[idx].as_slice()),
+            Ok(UblkIORes::Result(-errno)),
+        );
+    }
+}

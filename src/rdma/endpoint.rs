@@ -1,0 +1,841 @@
+//! One SRP channel's RDMA resources: CM id and event channel, PD, completion channel, CQ, RC QP, the
+//! IU region (send slots + receive buffers) and the registered data buffers. Created by
+//! [`Endpoint::connect`], owned by one thread at a time, freed in order by `Drop`.
+//!
+//! Facts from the userspace login prototype (shared/lab/userspace-login/NOTES.md) this relies on:
+//! the RDMA/CM private data is exactly the 56-byte login; the CM's private_data_len is the whole
+//! REP/REJ area, so the answer is recognised by its opcode and copied before the event is acked;
+//! receives are posted before `rdma_connect`; a remote disconnect does not flush our QP, so teardown
+//! always calls `rdma_disconnect` (QP to error) and drains the CQ before destroying anything.
+
+use super::{sockaddr, RdmaError};
+use crate::channel::{DataBuf, Transport, TransportError, Wc, WcKind, WcStatus};
+use crate::wire::srp::{
+    parse_login_reply, BufFormats, LoginRej, LoginReply, LoginReq, LoginRsp, MultiChannelAction,
+};
+use crate::wire::target::{TargetSpec, Transport as Route, DEFAULT_INITIATOR_EXT};
+use rdma_sys::*;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::ptr::{null_mut, NonNull};
+use std::time::{Duration, Instant};
+
+const WR_SEND: u64 = 1 << 32;
+const WR_RECV: u64 = 2 << 32;
+/// IB CM reject reason for a consumer-defined reject (an SRP_LOGIN_REJ is in the private data).
+const IB_CM_REJ_CONSUMER_DEFINED: i32 = 28;
+const SCRATCH_BYTES: usize = 64 * 1024;
+
+/// What one channel's login needs.
+#[derive(Clone, Debug)]
+pub struct ConnectParams {
+    /// The target.
+    pub target: TargetSpec,
+    /// SINGLE for a session's first channel, MULTI for the others.
+    pub multi: MultiChannelAction,
+    /// `req_it_iu_len`: the largest IU we will send (68 + immediate data).
+    pub req_it_iu_len: u32,
+    /// Ask for immediate data.
+    pub immediate: bool,
+    /// Send slots (ublk depth + extra slots): the send queue size.
+    pub send_slots: u16,
+    /// Bytes per send slot (IU headers only; immediate data is gathered from the data buffer).
+    pub send_size: u32,
+    /// Receive buffers to post.
+    pub nr_recv: u16,
+    /// Bytes per receive buffer (must cover the target's max_ti_iu_len).
+    pub recv_size: u32,
+    /// Transport retry count (tl_retry_count).
+    pub retry_count: u8,
+    /// Completion vector.
+    pub comp_vector: i32,
+    /// Limit for each CM step.
+    pub timeout: Duration,
+}
+
+/// A connected, logged-in SRP channel's RDMA resources.
+pub struct Endpoint {
+    ec: *mut rdma_event_channel,
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    comp: *mut ibv_comp_channel,
+    cq: *mut ibv_cq,
+    iu_mr: *mut ibv_mr,
+    scratch_mr: *mut ibv_mr,
+    data_mrs: Vec<*mut ibv_mr>,
+    iu: Box<[u8]>,
+    scratch: Box<[u8]>,
+    send_size: usize,
+    nr_send: u16,
+    recv_size: usize,
+    nr_recv: u16,
+    raw_wcs: Vec<ibv_wc>,
+    qp_created: bool,
+    connected: bool,
+    login: Option<LoginRsp>,
+    dest: SocketAddr,
+    device: String,
+    port_guid: u64,
+}
+
+// SAFETY: the verbs and CM objects behind these pointers may be used from any thread (libibverbs and
+// librdmacm are thread-safe); an Endpoint is owned and used by one thread at a time (it is moved from
+// the thread that logs in to the queue thread that runs it, never shared), and its buffers are owned.
+unsafe impl Send for Endpoint {}
+
+/// A copied CM event.
+struct CmEvent {
+    kind: rdma_cm_event_type::Type,
+    status: i32,
+    private: Vec<u8>,
+}
+
+fn event_name(kind: rdma_cm_event_type::Type) -> String {
+    // SAFETY: rdma_event_str returns a pointer to a static NUL-terminated string for any value.
+    let p = unsafe { rdma_event_str(kind) };
+    if p.is_null() {
+        return format!("event {kind}");
+    }
+    // SAFETY: p is non-null and points to a static C string (see above).
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn set_nonblocking(fd: RawFd) -> Result<(), RdmaError> {
+    // SAFETY: fcntl on a file descriptor we own; F_GETFL/F_SETFL take and return plain ints.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(RdmaError::os("fcntl(O_NONBLOCK)"));
+    }
+    Ok(())
+}
+
+fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd, count 1.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+impl Endpoint {
+    fn empty(dest: SocketAddr) -> Self {
+        Endpoint {
+            ec: null_mut(),
+            id: null_mut(),
+            pd: null_mut(),
+            comp: null_mut(),
+            cq: null_mut(),
+            iu_mr: null_mut(),
+            scratch_mr: null_mut(),
+            data_mrs: Vec::new(),
+            iu: Box::new([]),
+            scratch: Box::new([]),
+            send_size: 0,
+            nr_send: 0,
+            recv_size: 0,
+            nr_recv: 0,
+            raw_wcs: Vec::new(),
+            qp_created: false,
+            connected: false,
+            login: None,
+            dest,
+            device: String::new(),
+            port_guid: 0,
+        }
+    }
+
+    /// Logs one channel in. Blocks for at most a few times `p.timeout`.
+    pub fn connect(p: &ConnectParams) -> Result<Endpoint, RdmaError> {
+        let (dest, src) = match p.target.transport {
+            Route::RdmaCm { dest, src } => (dest, src),
+            Route::IbCm { .. } => {
+                return Err(RdmaError::Incompatible {
+                    dest: "0.0.0.0:0".parse().expect("literal"),
+                    detail: "the IB CM form (dgid, pkey, service_id) needs an InfiniBand fabric \
+                             and is not supported yet; use dest=IP:PORT (RDMA/CM)"
+                        .into(),
+                })
+            }
+        };
+        let mut ep = Endpoint::empty(dest);
+        ep.open(dest, src, p)?;
+        Ok(ep)
+    }
+
+    fn open(
+        &mut self,
+        dest: SocketAddr,
+        src: Option<std::net::IpAddr>,
+        p: &ConnectParams,
+    ) -> Result<(), RdmaError> {
+        let tmo = p.timeout;
+        let tmo_ms = tmo.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: plain constructor; null is checked.
+        self.ec = unsafe { rdma_create_event_channel() };
+        if self.ec.is_null() {
+            return Err(RdmaError::Os {
+                op: "rdma_create_event_channel",
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "{} (is rdma_ucm loaded and /dev/infiniband/rdma_cm present?)",
+                        std::io::Error::last_os_error()
+                    ),
+                ),
+            });
+        }
+        // SAFETY: ec is a valid event channel (checked above).
+        set_nonblocking(unsafe { (*self.ec).fd })?;
+        let mut id = null_mut();
+        // SAFETY: ec is valid; id is an out-parameter.
+        if unsafe { rdma_create_id(self.ec, &mut id, null_mut(), rdma_port_space::RDMA_PS_TCP) }
+            != 0
+        {
+            return Err(RdmaError::os("rdma_create_id"));
+        }
+        self.id = id;
+
+        let mut dst = sockaddr::ip_sockaddr(dest);
+        let mut src_ss = src.map(|ip| sockaddr::ip_sockaddr(SocketAddr::new(ip, 0)));
+        let src_ptr = src_ss.as_mut().map_or(null_mut(), |s| {
+            s as *mut libc::sockaddr_storage as *mut libc::sockaddr
+        });
+        // SAFETY: id is valid; src/dst point to initialized sockaddr_storage values that outlive the
+        // call (librdmacm copies them).
+        let rc = unsafe {
+            rdma_resolve_addr(
+                self.id,
+                src_ptr,
+                &mut dst as *mut _ as *mut libc::sockaddr,
+                tmo_ms,
+            )
+        };
+        if rc != 0 {
+            return Err(RdmaError::Unreachable {
+                dest,
+                detail: format!("rdma_resolve_addr: {}", std::io::Error::last_os_error()),
+            });
+        }
+        self.expect_event(
+            "address resolution",
+            rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED,
+            tmo,
+        )?;
+        // SAFETY: id is valid and its address is resolved.
+        if unsafe { rdma_resolve_route(self.id, tmo_ms) } != 0 {
+            return Err(RdmaError::Unreachable {
+                dest,
+                detail: format!("rdma_resolve_route: {}", std::io::Error::last_os_error()),
+            });
+        }
+        self.expect_event(
+            "route resolution",
+            rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED,
+            tmo,
+        )?;
+
+        // the device and port the route chose: every verbs object goes on this context
+        // SAFETY: after ROUTE_RESOLVED, id->verbs and id->port_num are set by librdmacm.
+        let (ctx, port) = unsafe { ((*self.id).verbs, (*self.id).port_num) };
+        if ctx.is_null() {
+            return Err(RdmaError::Unreachable {
+                dest,
+                detail: "no RDMA device on the route".into(),
+            });
+        }
+        // SAFETY: ctx is a valid device context; ibv_get_device_name returns a static C string.
+        self.device = unsafe {
+            let name = ibv_get_device_name((*ctx).device);
+            if name.is_null() {
+                String::from("?")
+            } else {
+                std::ffi::CStr::from_ptr(name)
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        };
+        // SAFETY: ibv_gid is a plain union of bytes; all-zero is valid.
+        let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: ctx/port are valid; gid is an out-parameter.
+        if unsafe { ibv_query_gid(ctx, port, 0, &mut gid) } != 0 {
+            return Err(RdmaError::os("ibv_query_gid"));
+        }
+        // SAFETY: reading the raw bytes of the union is always valid.
+        let raw = unsafe { gid.raw };
+        self.port_guid = u64::from_be_bytes(raw[8..16].try_into().expect("8 bytes"));
+
+        // SAFETY: ctx is valid.
+        self.pd = unsafe { ibv_alloc_pd(ctx) };
+        if self.pd.is_null() {
+            return Err(RdmaError::os("ibv_alloc_pd"));
+        }
+        // SAFETY: ctx is valid.
+        self.comp = unsafe { ibv_create_comp_channel(ctx) };
+        if self.comp.is_null() {
+            return Err(RdmaError::os("ibv_create_comp_channel"));
+        }
+        // SAFETY: comp is valid.
+        set_nonblocking(unsafe { (*self.comp).fd })?;
+        let cqe = i32::from(p.send_slots) + i32::from(p.nr_recv);
+        // SAFETY: ctx and comp are valid; cq_context is unused (null).
+        self.cq = unsafe { ibv_create_cq(ctx, cqe, null_mut(), self.comp, p.comp_vector) };
+        if self.cq.is_null() {
+            return Err(RdmaError::os("ibv_create_cq"));
+        }
+        // SAFETY: ibv_qp_init_attr is a plain C struct; all-zero is a valid starting value.
+        let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.send_cq = self.cq;
+        attr.recv_cq = self.cq;
+        attr.cap.max_send_wr = u32::from(p.send_slots);
+        attr.cap.max_recv_wr = u32::from(p.nr_recv);
+        attr.cap.max_send_sge = 2;
+        attr.cap.max_recv_sge = 1;
+        attr.qp_type = ibv_qp_type::IBV_QPT_RC;
+        attr.sq_sig_all = 1;
+        // SAFETY: id (route resolved), pd and attr (with a valid CQ) are valid.
+        if unsafe { rdma_create_qp(self.id, self.pd, &mut attr) } != 0 {
+            return Err(RdmaError::os("rdma_create_qp"));
+        }
+        self.qp_created = true;
+
+        self.send_size = p.send_size as usize;
+        self.nr_send = p.send_slots;
+        self.recv_size = p.recv_size as usize;
+        self.nr_recv = p.nr_recv;
+        let iu_len =
+            self.send_size * usize::from(self.nr_send) + self.recv_size * usize::from(self.nr_recv);
+        self.iu = vec![0u8; iu_len].into_boxed_slice();
+        let iu_ptr = self.iu.as_mut_ptr();
+        self.iu_mr = self.reg(iu_ptr, iu_len, ibv_access_flags::IBV_ACCESS_LOCAL_WRITE)?;
+        self.scratch = vec![0u8; SCRATCH_BYTES].into_boxed_slice();
+        let scratch_ptr = self.scratch.as_mut_ptr();
+        self.scratch_mr = self.reg(scratch_ptr, SCRATCH_BYTES, data_access())?;
+        // SAFETY: ibv_wc is a plain C struct; all-zero values are valid placeholders.
+        self.raw_wcs = (0..32).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for idx in 0..self.nr_recv {
+            self.post_recv(idx).map_err(|e| RdmaError::Os {
+                op: "ibv_post_recv",
+                source: std::io::Error::other(e.detail),
+            })?;
+        }
+
+        let login = LoginReq {
+            tag: 0,
+            req_it_iu_len: p.req_it_iu_len,
+            req_buf_fmt: BufFormats::DIRECT_INDIRECT,
+            multi_channel: p.multi,
+            immed_requested: p.immediate,
+            imm_data_offset: crate::wire::srp::size::IMM_DATA_OFFSET as u16,
+            initiator_port_id: p
+                .target
+                .initiator_port_id(self.port_guid, DEFAULT_INITIATOR_EXT),
+            target_port_id: p.target.target_port_id(),
+        };
+        let private = login.encode_rdma();
+        // SAFETY: rdma_conn_param is a plain C struct; all-zero is valid before the fields are set.
+        let mut cp: rdma_conn_param = unsafe { std::mem::zeroed() };
+        cp.private_data = private.as_ptr() as *const libc::c_void;
+        cp.private_data_len = private.len() as u8;
+        cp.responder_resources = 4;
+        cp.initiator_depth = 4;
+        cp.flow_control = 1;
+        cp.retry_count = p.retry_count.min(7);
+        cp.rnr_retry_count = 7;
+        // SAFETY: id has a QP; cp and the private data it points to live across the call (copied).
+        if unsafe { rdma_connect(self.id, &mut cp) } != 0 {
+            return Err(RdmaError::os("rdma_connect"));
+        }
+        let ev = self.next_event("the login answer", tmo)?;
+        match ev.kind {
+            rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED => {
+                self.connected = true;
+                match parse_login_reply(&ev.private) {
+                    Ok(LoginReply::Accepted(rsp)) => self.check_login(rsp),
+                    Ok(LoginReply::Rejected(rej)) => Err(self.rejected(rej)),
+                    Err(source) => Err(RdmaError::BadLoginReply { dest, source }),
+                }
+            }
+            rdma_cm_event_type::RDMA_CM_EVENT_REJECTED
+                if ev.status == IB_CM_REJ_CONSUMER_DEFINED =>
+            {
+                match parse_login_reply(&ev.private) {
+                    Ok(LoginReply::Rejected(rej)) => Err(self.rejected(rej)),
+                    Ok(LoginReply::Accepted(_)) | Err(_) => Err(RdmaError::NoListener {
+                        dest,
+                        detail: "consumer-defined reject without an SRP_LOGIN_REJ".into(),
+                    }),
+                }
+            }
+            rdma_cm_event_type::RDMA_CM_EVENT_REJECTED => Err(RdmaError::NoListener {
+                dest,
+                detail: format!("IB CM reject reason {}", ev.status),
+            }),
+            rdma_cm_event_type::RDMA_CM_EVENT_UNREACHABLE => Err(RdmaError::Unreachable {
+                dest,
+                detail: event_name(ev.kind),
+            }),
+            k => Err(RdmaError::NoListener {
+                dest,
+                detail: format!("{} ({})", event_name(k), ev.status),
+            }),
+        }
+    }
+
+    fn rejected(&self, rej: LoginRej) -> RdmaError {
+        RdmaError::LoginRejected {
+            reason: rej.reason,
+            dest: self.dest,
+        }
+    }
+
+    fn check_login(&mut self, rsp: LoginRsp) -> Result<(), RdmaError> {
+        if rsp.max_ti_iu_len as usize > self.recv_size {
+            return Err(RdmaError::Incompatible {
+                dest: self.dest,
+                detail: format!(
+                    "target sends IUs up to {} bytes (max_ti_iu_len) but receive buffers are {}",
+                    rsp.max_ti_iu_len, self.recv_size
+                ),
+            });
+        }
+        if rsp.req_lim_delta < 2 {
+            return Err(RdmaError::Incompatible {
+                dest: self.dest,
+                detail: format!(
+                    "target granted {} credits (req_lim); at least 2 are needed",
+                    rsp.req_lim_delta
+                ),
+            });
+        }
+        self.login = Some(rsp);
+        Ok(())
+    }
+
+    fn reg(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: ibv_access_flags,
+    ) -> Result<*mut ibv_mr, RdmaError> {
+        // SAFETY: pd is valid; ptr..ptr+len is memory this Endpoint owns (or, for data buffers, memory
+        // the caller of `register` guarantees outlives the Endpoint); it stays registered until Drop.
+        let mr = unsafe { ibv_reg_mr(self.pd, ptr as *mut libc::c_void, len, access.0 as i32) };
+        if mr.is_null() {
+            return Err(RdmaError::os("ibv_reg_mr"));
+        }
+        Ok(mr)
+    }
+
+    /// Registers a data buffer for the target's RDMA (local write, remote read and write), once.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid, and not be used for anything else the target's RDMA could
+    /// corrupt, until this Endpoint is dropped (the registration and the QP go away then).
+    pub unsafe fn register(&mut self, ptr: *mut u8, len: usize) -> Result<DataBuf, RdmaError> {
+        let mr = self.reg(ptr, len, data_access())?;
+        self.data_mrs.push(mr);
+        // SAFETY: mr is a valid MR returned by ibv_reg_mr.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        Ok(DataBuf {
+            addr: ptr as u64,
+            len: len as u32,
+            lkey,
+            rkey,
+        })
+    }
+
+    /// A 64 KiB registered buffer owned by the endpoint, for setup commands (INQUIRY, ...).
+    pub fn scratch(&mut self) -> (DataBuf, &mut [u8]) {
+        // SAFETY: scratch_mr is the valid MR of `scratch`, registered in `open`.
+        let (lkey, rkey) = unsafe { ((*self.scratch_mr).lkey, (*self.scratch_mr).rkey) };
+        let b = DataBuf {
+            addr: self.scratch.as_ptr() as u64,
+            len: SCRATCH_BYTES as u32,
+            lkey,
+            rkey,
+        };
+        (b, &mut self.scratch)
+    }
+
+    /// The LOGIN_RSP the target accepted with.
+    pub fn login(&self) -> LoginRsp {
+        self.login
+            .expect("an Endpoint exists only after a successful login")
+    }
+
+    /// The local RDMA device name (e.g. rxe0).
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The local port GUID (the second half of our initiator port id).
+    pub fn port_guid(&self) -> u64 {
+        self.port_guid
+    }
+
+    /// The CM event channel's fd (readable when the target disconnects us).
+    pub fn cm_fd(&self) -> RawFd {
+        // SAFETY: ec is valid for the Endpoint's life.
+        unsafe { (*self.ec).fd }
+    }
+
+    /// Reads one pending CM event without blocking; on DISCONNECTED (or any error event) moves the
+    /// QP to the error state so in-flight work flushes instead of hanging. Returns the event name.
+    pub fn poll_cm(&mut self) -> Option<String> {
+        let ev = self.try_event()?;
+        let name = event_name(ev.kind);
+        if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_DISCONNECTED
+            || ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_DEVICE_REMOVAL
+            || ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_TIMEWAIT_EXIT
+        {
+            self.disconnect();
+        }
+        Some(name)
+    }
+
+    /// Disconnects (DREQ): the QP goes to the error state and posted work flushes.
+    pub fn disconnect(&mut self) {
+        if self.connected {
+            // SAFETY: id is valid and connected.
+            unsafe { rdma_disconnect(self.id) };
+            self.connected = false;
+        }
+    }
+
+    fn try_event(&mut self) -> Option<CmEvent> {
+        let mut ev: *mut rdma_cm_event = null_mut();
+        // SAFETY: ec is valid and non-blocking; ev is an out-parameter.
+        if unsafe { rdma_get_cm_event(self.ec, &mut ev) } != 0 {
+            return None;
+        }
+        let ev = NonNull::new(ev)?;
+        // SAFETY: ev is a valid event until acked; the private data pointer/length describe bytes
+        // owned by the event, copied here before the ack frees them.
+        let out = unsafe {
+            let e = ev.as_ref();
+            let conn = &e.param.conn;
+            let private = if conn.private_data.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(
+                    conn.private_data as *const u8,
+                    usize::from(conn.private_data_len),
+                )
+                .to_vec()
+            };
+            CmEvent {
+                kind: e.event,
+                status: e.status,
+                private,
+            }
+        };
+        // SAFETY: ev came from rdma_get_cm_event and is acked exactly once.
+        unsafe { rdma_ack_cm_event(ev.as_ptr()) };
+        Some(out)
+    }
+
+    fn next_event(&mut self, what: &'static str, timeout: Duration) -> Result<CmEvent, RdmaError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(ev) = self.try_event() {
+                return Ok(ev);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !wait_readable(self.cm_fd(), left) {
+                return Err(RdmaError::Timeout {
+                    what,
+                    dest: self.dest,
+                    secs: timeout.as_secs(),
+                });
+            }
+        }
+    }
+
+    fn expect_event(
+        &mut self,
+        what: &'static str,
+        want: rdma_cm_event_type::Type,
+        timeout: Duration,
+    ) -> Result<(), RdmaError> {
+        let ev = self.next_event(what, timeout)?;
+        if ev.kind == want {
+            return Ok(());
+        }
+        Err(RdmaError::Unreachable {
+            dest: self.dest,
+            detail: format!("{what}: {} (status {})", event_name(ev.kind), ev.status),
+        })
+    }
+
+    fn slot_range(&self, slot: u16) -> std::ops::Range<usize> {
+        let s = usize::from(slot) * self.send_size;
+        s..s + self.send_size
+    }
+
+    fn recv_range(&self, idx: u16) -> std::ops::Range<usize> {
+        let s = usize::from(self.nr_send) * self.send_size + usize::from(idx) * self.recv_size;
+        s..s + self.recv_size
+    }
+}
+
+fn data_access() -> ibv_access_flags {
+    ibv_access_flags(
+        ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0,
+    )
+}
+
+fn terr(op: &'static str, code: i32) -> TransportError {
+    TransportError {
+        op,
+        detail: std::io::Error::from_raw_os_error(code).to_string(),
+    }
+}
+
+impl Transport for Endpoint {
+    fn send_buf(&mut self, slot: u16) -> &mut [u8] {
+        let r = self.slot_range(slot);
+        &mut self.iu[r]
+    }
+
+    fn post_send(
+        &mut self,
+        slot: u16,
+        len: usize,
+        imm: Option<DataBuf>,
+    ) -> Result<(), TransportError> {
+        if slot >= self.nr_send || len > self.send_size {
+            return Err(TransportError {
+                op: "ibv_post_send",
+                detail: format!("bad slot {slot} / length {len}"),
+            });
+        }
+        let r = self.slot_range(slot);
+        // SAFETY: iu_mr is the valid MR covering `iu`.
+        let lkey = unsafe { (*self.iu_mr).lkey };
+        let mut sge = [
+            ibv_sge {
+                addr: self.iu[r].as_ptr() as u64,
+                length: len as u32,
+                lkey,
+            },
+            ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            },
+        ];
+        let mut n = 1;
+        if let Some(b) = imm {
+            sge[1] = ibv_sge {
+                addr: b.addr,
+                length: b.len,
+                lkey: b.lkey,
+            };
+            n = 2;
+        }
+        // SAFETY: ibv_send_wr is a plain C struct (with unions); all-zero is valid before the fields
+        // a SEND uses are set.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = WR_SEND | u64::from(slot);
+        wr.sg_list = sge.as_mut_ptr();
+        wr.num_sge = n;
+        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let mut bad = null_mut();
+        // SAFETY: the QP is valid; wr and sge live across the call (the provider copies them into
+        // the send queue). The slot's bytes and an immediate data buffer are registered memory that
+        // the engine leaves untouched until this slot's send completion (its tag stays busy).
+        let rc = unsafe { ibv_post_send((*self.id).qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(terr("ibv_post_send", rc));
+        }
+        Ok(())
+    }
+
+    fn recv_buf(&self, idx: u16) -> &[u8] {
+        &self.iu[self.recv_range(idx)]
+    }
+
+    fn post_recv(&mut self, idx: u16) -> Result<(), TransportError> {
+        if idx >= self.nr_recv {
+            return Err(TransportError {
+                op: "ibv_post_recv",
+                detail: format!("bad index {idx}"),
+            });
+        }
+        let r = self.recv_range(idx);
+        // SAFETY: iu_mr is the valid MR covering `iu`.
+        let lkey = unsafe { (*self.iu_mr).lkey };
+        let mut sge = ibv_sge {
+            addr: self.iu[r].as_ptr() as u64,
+            length: self.recv_size as u32,
+            lkey,
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: WR_RECV | u64::from(idx),
+            next: null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = null_mut();
+        // SAFETY: the QP is valid; the buffer is registered memory the engine does not read again
+        // until its receive completion.
+        let rc = unsafe { ibv_post_recv((*self.id).qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(terr("ibv_post_recv", rc));
+        }
+        Ok(())
+    }
+
+    fn nr_recv(&self) -> u16 {
+        self.nr_recv
+    }
+
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError> {
+        let want = out.len().min(self.raw_wcs.len()) as i32;
+        // SAFETY: cq is valid; raw_wcs has room for `want` entries.
+        let n = unsafe { ibv_poll_cq(self.cq, want, self.raw_wcs.as_mut_ptr()) };
+        if n < 0 {
+            return Err(terr("ibv_poll_cq", -n));
+        }
+        for (o, w) in out.iter_mut().zip(&self.raw_wcs[..n as usize]) {
+            let kind = if w.wr_id & WR_RECV != 0 {
+                WcKind::Recv
+            } else {
+                WcKind::Send
+            };
+            let status = match w.status {
+                ibv_wc_status::IBV_WC_SUCCESS => WcStatus::Ok,
+                ibv_wc_status::IBV_WC_WR_FLUSH_ERR => WcStatus::Flushed,
+                s => WcStatus::Error(s),
+            };
+            *o = Wc {
+                kind,
+                id: (w.wr_id & 0xffff) as u16,
+                len: w.byte_len,
+                status,
+            };
+        }
+        Ok(n as usize)
+    }
+
+    fn arm(&mut self) -> Result<(), TransportError> {
+        // SAFETY: cq is valid.
+        let rc = unsafe { ibv_req_notify_cq(self.cq, 0) };
+        if rc != 0 {
+            return Err(terr("ibv_req_notify_cq", rc));
+        }
+        Ok(())
+    }
+
+    fn notify_fd(&self) -> Option<RawFd> {
+        // SAFETY: comp is valid for the Endpoint's life.
+        Some(unsafe { (*self.comp).fd })
+    }
+
+    fn ack_notify(&mut self) -> Result<(), TransportError> {
+        loop {
+            let mut cq = null_mut();
+            let mut ctx = null_mut();
+            // SAFETY: comp is valid and non-blocking; cq/ctx are out-parameters.
+            if unsafe { ibv_get_cq_event(self.comp, &mut cq, &mut ctx) } != 0 {
+                return Ok(());
+            }
+            // SAFETY: the event came from our only CQ; acking each one at once keeps the count even.
+            unsafe { ibv_ack_cq_events(cq, 1) };
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.disconnect();
+        if self.qp_created {
+            // flushed completions; bounded so a wedged device cannot hang teardown
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let mut wcs = [Wc {
+                kind: WcKind::Send,
+                id: 0,
+                len: 0,
+                status: WcStatus::Ok,
+            }; 32];
+            while Instant::now() < deadline {
+                match self.poll(&mut wcs) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            // SAFETY: id has a QP created by rdma_create_qp.
+            unsafe { rdma_destroy_qp(self.id) };
+        }
+        for mr in self.data_mrs.drain(..).chain([self.iu_mr, self.scratch_mr]) {
+            if !mr.is_null() {
+                // SAFETY: mr is a valid MR of ours, deregistered once; the QP using it is gone.
+                unsafe { ibv_dereg_mr(mr) };
+            }
+        }
+        if !self.cq.is_null() {
+            let _ = self.ack_notify();
+            // SAFETY: cq is valid, its QP is destroyed and every event is acked.
+            unsafe { ibv_destroy_cq(self.cq) };
+        }
+        if !self.comp.is_null() {
+            // SAFETY: comp is valid and no CQ uses it any more.
+            unsafe { ibv_destroy_comp_channel(self.comp) };
+        }
+        if !self.pd.is_null() {
+            // SAFETY: pd is valid and nothing registered on it remains.
+            unsafe { ibv_dealloc_pd(self.pd) };
+        }
+        if !self.id.is_null() {
+            while self.try_event().is_some() {}
+            // SAFETY: id is valid, its QP is destroyed and all its events are acked.
+            unsafe { rdma_destroy_id(self.id) };
+        }
+        if !self.ec.is_null() {
+            // SAFETY: ec is valid and has no ids left.
+            unsafe { rdma_destroy_event_channel(self.ec) };
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<Endpoint>();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without an RDMA device (the host), connecting fails with an error naming the cause, not a
+    /// panic.
+    #[test]
+    fn connect_without_rdma_reports_an_error() {
+        let target = TargetSpec::parse("id_ext=1,ioc_guid=1,dest=127.0.0.1:5555").unwrap();
+        let p = ConnectParams {
+            target,
+            multi: MultiChannelAction::Single,
+            req_it_iu_len: 8260,
+            immediate: true,
+            send_slots: 8,
+            send_size: 512,
+            nr_recv: 8,
+            recv_size: 8320,
+            retry_count: 7,
+            comp_vector: 0,
+            timeout: Duration::from_millis(500),
+        };
+        let e = Endpoint::connect(&p).err().expect("no RDMA here");
+        assert!(!e.to_string().is_empty());
+    }
+}

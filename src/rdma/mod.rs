@@ -1,0 +1,113 @@
+//! RDMA: libibverbs and librdmacm through `rdma-sys`. The only FFI (and, with the ublk front end's buffer
+//! registration, the only `unsafe`) in srp-ublk.
+//!
+//! [`Endpoint::connect`] logs one SRP channel in over RDMA/CM: resolve address and route, create the
+//! PD, completion channel, CQ and RC QP on the device the route chose, register the IU region, post
+//! the receives, `rdma_connect` with the 56-byte `srp_login_req_rdma` as private data, and decode the
+//! LOGIN_RSP (or LOGIN_REJ) from the CM event's private data. The [`Endpoint`] is then the channel
+//! engine's [`crate::channel::Transport`]. Dropping it disconnects, flushes and frees everything.
+
+mod endpoint;
+mod sockaddr;
+
+pub use endpoint::{ConnectParams, Endpoint};
+pub use sockaddr::{
+    ib_service_id, ib_sockaddr, rdma_cm_service_id, SockaddrIb, AF_IB, RDMA_PS_IB, RDMA_PS_TCP,
+};
+
+use crate::wire::srp::LoginRejReason;
+use crate::wire::WireError;
+use std::net::SocketAddr;
+
+/// What went wrong setting up or running an RDMA channel. Messages name the cause and the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RdmaError {
+    /// No RDMA device has a route to the target.
+    #[error(
+        "target {dest} is unreachable over RDMA ({detail}): check that an RDMA device (e.g. \
+         `rdma link add rxe0 type rxe netdev eth0`) is up with an address on the route to it, \
+         and use src= to pick the local address"
+    )]
+    Unreachable {
+        /// The target address.
+        dest: SocketAddr,
+        /// The CM's event.
+        detail: String,
+    },
+    /// Nothing accepted the connection (no SRP target listening on that port).
+    #[error(
+        "no SRP target answered at {dest} ({detail}): check the port in dest= (LIO listens only \
+         when /sys/kernel/config/target/srpt/discovery_auth/rdma_cm_port is set)"
+    )]
+    NoListener {
+        /// The target address.
+        dest: SocketAddr,
+        /// The CM's reject status.
+        detail: String,
+    },
+    /// The target refused the login.
+    #[error("target rejected login: {reason} - {}", rej_hint(*.reason, .dest))]
+    LoginRejected {
+        /// The SRP reason.
+        reason: LoginRejReason,
+        /// The target address.
+        dest: SocketAddr,
+    },
+    /// A CM step did not finish in time.
+    #[error("timed out after {secs} s waiting for {what} from {dest}")]
+    Timeout {
+        /// What was awaited.
+        what: &'static str,
+        /// The target address.
+        dest: SocketAddr,
+        /// How long.
+        secs: u64,
+    },
+    /// The target's login answer did not decode.
+    #[error("target {dest} sent a login answer that does not decode")]
+    BadLoginReply {
+        /// The target address.
+        dest: SocketAddr,
+        /// Why.
+        #[source]
+        source: WireError,
+    },
+    /// The login parameters the target granted cannot work with this initiator.
+    #[error("target {dest}: {detail}")]
+    Incompatible {
+        /// The target address.
+        dest: SocketAddr,
+        /// What does not fit.
+        detail: String,
+    },
+    /// A verbs or CM call failed.
+    #[error("{op} failed")]
+    Os {
+        /// The call.
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn rej_hint(reason: LoginRejReason, dest: &SocketAddr) -> String {
+    match reason {
+        LoginRejReason::ChannelLimitReached => format!(
+            "check the target's ACL for {} (LIO names RDMA/CM ACLs by the target-side IP) and its \
+             channel limit",
+            dest.ip()
+        ),
+        r => r.hint().to_string(),
+    }
+}
+
+impl RdmaError {
+    pub(crate) fn os(op: &'static str) -> Self {
+        RdmaError::Os {
+            op,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+}

@@ -1,0 +1,453 @@
+//! A session: the channels of one target (channel 0 logs in SINGLE, the others MULTI, as ib_srp does;
+//! a channel whose MULTI login fails shrinks the count with a warning), and what the LUN is (TEST UNIT
+//! READY, INQUIRY + VPD 0x80/0x83/0xB0/0xB2, READ CAPACITY(16), MODE SENSE caching page), mapped to
+//! the parameters a block device needs. Queue depth follows the granted credits, never the reverse.
+
+use crate::channel::block::Geometry;
+use crate::channel::{Channel, ChannelConfig, DataDir, ScsiCmd};
+use crate::rdma::{ConnectParams, Endpoint, RdmaError};
+use crate::wire::scsi::vpd::{self, BlockLimits, Provisioning};
+use crate::wire::scsi::{Capacity, Cdb, ModeSense10, StandardInquiry};
+use crate::wire::srp::{size, MultiChannelAction, ScsiLun};
+use crate::wire::target::TargetSpec;
+use std::time::Duration;
+
+pub mod state;
+
+/// Send slots beyond the queue depth (CRED_RSP, AER_RSP, I_LOGOUT, task management).
+pub const EXTRA_SLOTS: u16 = 4;
+/// Immediate data srp-ublk asks for (ib_srp's 8 KiB).
+pub const MAX_IMM_DATA: u32 = 8192;
+/// Largest I/O srp-ublk issues (the ublk default buffer size per tag).
+pub const MAX_IO_BYTES: u32 = 512 * 1024;
+const SEND_SLOT_BYTES: u32 = 512;
+const RECV_BYTES: u32 = 8320;
+const CMD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What went wrong setting a session up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// Channel 0 could not log in.
+    #[error(transparent)]
+    Login(#[from] RdmaError),
+    /// A setup command failed.
+    #[error("{what} failed on LUN {lun}: {detail}")]
+    Command {
+        /// The command.
+        what: &'static str,
+        /// The LUN.
+        lun: u64,
+        /// Status, sense or transport failure.
+        detail: String,
+    },
+    /// The LUN is not something a block device can present.
+    #[error("LUN {lun} cannot be served: {detail}")]
+    Unsupported {
+        /// The LUN.
+        lun: u64,
+        /// Why.
+        detail: String,
+    },
+}
+
+/// What the caller asks for.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// Channels (= queues); None: online CPUs capped by the target string's ch_count.
+    pub channels: Option<u16>,
+    /// Queue depth wanted per channel (capped by the credits the target grants).
+    pub depth: u16,
+    /// The LUN.
+    pub lun: u64,
+    /// Limit for each CM step.
+    pub timeout: Duration,
+}
+
+/// What the LUN is.
+#[derive(Clone, Debug)]
+pub struct LunInfo {
+    /// The LUN number.
+    pub lun: u64,
+    /// Standard INQUIRY data.
+    pub inquiry: StandardInquiry,
+    /// VPD 0x80 unit serial number.
+    pub serial: Option<String>,
+    /// The persistent identifier udev's scsi_id would build (ID_SERIAL / multipath WWID).
+    pub wwid: Option<String>,
+    /// READ CAPACITY(16).
+    pub capacity: Capacity,
+    /// VPD 0xB0.
+    pub limits: Option<BlockLimits>,
+    /// VPD 0xB2.
+    pub provisioning: Option<Provisioning>,
+    /// Volatile write cache enabled (caching page WCE).
+    pub write_cache: bool,
+    /// The target honours FUA (DPOFUA).
+    pub fua: bool,
+    /// Write protected.
+    pub read_only: bool,
+}
+
+impl LunInfo {
+    /// log2 of the logical block size.
+    pub fn block_shift(&self) -> u32 {
+        self.capacity.block_len.trailing_zeros()
+    }
+    /// The geometry the block mapping needs.
+    pub fn geometry(&self) -> Geometry {
+        let lbp = self.provisioning.unwrap_or_default();
+        Geometry {
+            block_shift: self.block_shift(),
+            blocks: self.capacity.blocks(),
+            unmap: self.capacity.lbpme && lbp.lbpu,
+            write_same_unmap: self.capacity.lbpme && lbp.lbpws,
+        }
+    }
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.capacity.bytes().unwrap_or(0)
+    }
+    /// Largest I/O in bytes: srp-ublk's maximum, the target string's max_sect, and Block Limits.
+    pub fn max_io_bytes(&self, max_sect: Option<u32>) -> u32 {
+        let mut m = MAX_IO_BYTES;
+        if let Some(s) = max_sect {
+            m = m.min(s.saturating_mul(512));
+        }
+        if let Some(l) = self.limits {
+            if l.max_xfer_len > 0 {
+                m = m.min(l.max_xfer_len.saturating_mul(self.capacity.block_len));
+            }
+        }
+        // at least one block, whole blocks
+        let bs = self.capacity.block_len;
+        (m / bs).max(1) * bs
+    }
+    /// Largest UNMAP in blocks (0: none).
+    pub fn max_unmap_blocks(&self) -> u32 {
+        if !self.geometry().unmap {
+            return 0;
+        }
+        match self.limits {
+            Some(l) if l.max_unmap_lba_count > 0 && l.max_unmap_lba_count != u32::MAX => {
+                l.max_unmap_lba_count
+            }
+            _ => u32::MAX >> 9,
+        }
+    }
+}
+
+/// A logged-in session.
+pub struct Session {
+    /// The target.
+    pub target: TargetSpec,
+    /// One channel per queue.
+    pub channels: Vec<Channel<Endpoint>>,
+    /// The LUN.
+    pub lun: LunInfo,
+    /// The queue depth every channel serves.
+    pub depth: u16,
+    /// The local RDMA device the channels use.
+    pub rdma_device: String,
+}
+
+fn connect_params(
+    target: &TargetSpec,
+    multi: MultiChannelAction,
+    depth: u16,
+    timeout: Duration,
+) -> ConnectParams {
+    let req_it_iu_len = match target.opts.max_it_iu_size {
+        Some(m) if m > 0 => m.clamp(
+            size::IMM_DATA_OFFSET as u32,
+            size::IMM_DATA_OFFSET as u32 + MAX_IMM_DATA,
+        ),
+        _ => size::IMM_DATA_OFFSET as u32 + MAX_IMM_DATA,
+    };
+    ConnectParams {
+        target: target.clone(),
+        multi,
+        req_it_iu_len,
+        immediate: true,
+        send_slots: depth + EXTRA_SLOTS,
+        send_size: SEND_SLOT_BYTES,
+        nr_recv: depth + 16,
+        recv_size: RECV_BYTES,
+        retry_count: target.opts.tl_retry_count.unwrap_or(7) as u8,
+        comp_vector: target.opts.comp_vector.unwrap_or(0) as i32,
+        timeout,
+    }
+}
+
+fn channel_config(ep: &Endpoint, depth: u16, lun: u64, req_it_iu_len: u32) -> ChannelConfig {
+    let l = ep.login();
+    let max_imm = if l.immed_supported() {
+        l.max_it_iu_len
+            .min(req_it_iu_len)
+            .saturating_sub(size::IMM_DATA_OFFSET as u32)
+    } else {
+        0
+    };
+    ChannelConfig {
+        depth,
+        extra_slots: EXTRA_SLOTS,
+        lun: ScsiLun::from_int(lun),
+        req_lim: l.req_lim_delta,
+        max_imm,
+        imm_data_offset: size::IMM_DATA_OFFSET,
+        max_retries: 5,
+    }
+}
+
+impl Session {
+    /// Logs in every channel and interrogates the LUN.
+    pub fn open(target: &TargetSpec, opts: &SessionOptions) -> Result<Session, SessionError> {
+        let want_depth = opts.depth.clamp(1, 4096).min(
+            target
+                .opts
+                .queue_size
+                .map_or(4096, |q| q.clamp(1, 4096) as u16),
+        );
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u16;
+        let want_ch = opts
+            .channels
+            .unwrap_or(cpus)
+            .min(
+                target
+                    .opts
+                    .ch_count
+                    .map_or(u16::MAX, |c| c.min(u32::from(u16::MAX)) as u16),
+            )
+            .max(1);
+
+        let p0 = connect_params(target, MultiChannelAction::Single, want_depth, opts.timeout);
+        let ep0 = Endpoint::connect(&p0)?;
+        tracing::info!(
+            "channel 0 logged in via {}: req_lim {}, max_it_iu_len {}, immediate data {}",
+            ep0.device(),
+            ep0.login().req_lim_delta,
+            ep0.login().max_it_iu_len,
+            ep0.login().immed_supported()
+        );
+        let mut eps = vec![ep0];
+        for i in 1..want_ch {
+            let p = connect_params(target, MultiChannelAction::Multi, want_depth, opts.timeout);
+            match Endpoint::connect(&p) {
+                Ok(ep) => eps.push(ep),
+                Err(e) => {
+                    tracing::warn!("channel {i} of {want_ch} did not log in ({e}); continuing with {i} channels");
+                    break;
+                }
+            }
+        }
+        // depth follows the credits: one is kept back for task management
+        let depth = eps
+            .iter()
+            .map(|e| (e.login().req_lim_delta - 1).clamp(1, i32::from(want_depth)) as u16)
+            .min()
+            .unwrap_or(1);
+        let mut channels: Vec<Channel<Endpoint>> = eps
+            .into_iter()
+            .map(|ep| {
+                let cfg = channel_config(&ep, depth, opts.lun, p0.req_it_iu_len);
+                Channel::new(ep, cfg)
+            })
+            .collect();
+        let lun = interrogate(&mut channels[0], opts.lun)?;
+        let rdma_device = channels[0].transport().device().to_string();
+        Ok(Session {
+            target: target.clone(),
+            channels,
+            lun,
+            depth,
+            rdma_device,
+        })
+    }
+}
+
+/// Runs one data-in command on an idle channel into its scratch buffer; returns the bytes.
+fn data_in(
+    ch: &mut Channel<Endpoint>,
+    what: &'static str,
+    lun: u64,
+    cdb: Cdb,
+    alloc: u32,
+) -> Result<Vec<u8>, SessionError> {
+    let (buf, _) = ch.transport().scratch();
+    let cmd = ScsiCmd {
+        cdb,
+        data: DataDir::In(buf.prefix(alloc)),
+    };
+    let o = ch
+        .execute(0, cmd, CMD_TIMEOUT)
+        .map_err(|e| SessionError::Command {
+            what,
+            lun,
+            detail: e.to_string(),
+        })?;
+    match o.bytes(alloc) {
+        Ok(n) => Ok(ch.transport().scratch().1[..n as usize].to_vec()),
+        Err(errno) => Err(SessionError::Command {
+            what,
+            lun,
+            detail: format!(
+                "status {:?}, {}errno {errno}",
+                o.status,
+                o.sense.map(|s| format!("sense {s}, ")).unwrap_or_default()
+            ),
+        }),
+    }
+}
+
+/// Asks the LUN what it is.
+pub fn interrogate(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunInfo, SessionError> {
+    let tur = ScsiCmd {
+        cdb: Cdb::test_unit_ready(),
+        data: DataDir::None,
+    };
+    let o = ch
+        .execute(0, tur, CMD_TIMEOUT)
+        .map_err(|e| SessionError::Command {
+            what: "TEST UNIT READY",
+            lun,
+            detail: e.to_string(),
+        })?;
+    if o.errno != 0 {
+        return Err(SessionError::Command {
+            what: "TEST UNIT READY",
+            lun,
+            detail: format!(
+                "status {:?} sense {:?} (is LUN {lun} mapped in the target's ACL?)",
+                o.status, o.sense
+            ),
+        });
+    }
+    let std_inq = data_in(ch, "INQUIRY", lun, Cdb::inquiry(None, 96), 96)?;
+    let inquiry = StandardInquiry::parse(&std_inq).map_err(|e| SessionError::Command {
+        what: "INQUIRY",
+        lun,
+        detail: e.to_string(),
+    })?;
+    if !inquiry.is_disk() {
+        return Err(SessionError::Unsupported {
+            lun,
+            detail: format!(
+                "peripheral qualifier {} type {:#x} is not a connected disk (type 0)",
+                inquiry.qualifier, inquiry.device_type
+            ),
+        });
+    }
+    let supported = data_in(
+        ch,
+        "INQUIRY VPD 0x00",
+        lun,
+        Cdb::inquiry(Some(vpd::page::SUPPORTED), 255),
+        255,
+    )
+    .ok()
+    .and_then(|b| vpd::supported_pages(&b).ok().map(<[u8]>::to_vec))
+    .unwrap_or_default();
+    let has = |p: u8| supported.contains(&p);
+    let serial = if has(vpd::page::SERIAL) {
+        data_in(
+            ch,
+            "INQUIRY VPD 0x80",
+            lun,
+            Cdb::inquiry(Some(vpd::page::SERIAL), 255),
+            255,
+        )
+        .ok()
+        .and_then(|b| vpd::serial_number(&b).ok())
+    } else {
+        None
+    };
+    let wwid = if has(vpd::page::DEVICE_ID) {
+        data_in(
+            ch,
+            "INQUIRY VPD 0x83",
+            lun,
+            Cdb::inquiry(Some(vpd::page::DEVICE_ID), 1024),
+            1024,
+        )
+        .ok()
+        .and_then(|b| {
+            vpd::preferred_lu_designator(&b)
+                .ok()
+                .flatten()
+                .map(|d| vpd::scsi_id_serial(&d))
+        })
+    } else {
+        None
+    };
+    let limits = if has(vpd::page::BLOCK_LIMITS) {
+        data_in(
+            ch,
+            "INQUIRY VPD 0xB0",
+            lun,
+            Cdb::inquiry(Some(vpd::page::BLOCK_LIMITS), 64),
+            64,
+        )
+        .ok()
+        .and_then(|b| BlockLimits::parse(&b).ok())
+    } else {
+        None
+    };
+    let provisioning = if has(vpd::page::LBP) {
+        data_in(
+            ch,
+            "INQUIRY VPD 0xB2",
+            lun,
+            Cdb::inquiry(Some(vpd::page::LBP), 64),
+            64,
+        )
+        .ok()
+        .and_then(|b| Provisioning::parse(&b).ok())
+    } else {
+        None
+    };
+    let cap = data_in(ch, "READ CAPACITY(16)", lun, Cdb::read_capacity16(32), 32)?;
+    let capacity = Capacity::parse(&cap).map_err(|e| SessionError::Command {
+        what: "READ CAPACITY(16)",
+        lun,
+        detail: e.to_string(),
+    })?;
+    if !capacity.block_len_ok() {
+        return Err(SessionError::Unsupported {
+            lun,
+            detail: format!(
+                "logical block size {} is not a power of two from 512 to 65536",
+                capacity.block_len
+            ),
+        });
+    }
+    let (write_cache, fua, read_only) = match data_in(
+        ch,
+        "MODE SENSE(10)",
+        lun,
+        Cdb::mode_sense10(0x08, 0, 252),
+        252,
+    ) {
+        Ok(b) => match ModeSense10::parse(&b) {
+            Ok(m) => (
+                m.caching().is_some_and(|c| c.wce),
+                m.dpofua,
+                m.write_protect,
+            ),
+            Err(_) => (true, false, false),
+        },
+        // no caching page: assume a volatile cache (flushes are then sent, which is safe)
+        Err(_) => (true, false, false),
+    };
+    Ok(LunInfo {
+        lun,
+        inquiry,
+        serial,
+        wwid,
+        capacity,
+        limits,
+        provisioning,
+        write_cache,
+        fua,
+        read_only,
+    })
+}

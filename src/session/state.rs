@@ -1,0 +1,142 @@
+//! The runtime state of a served device, as JSON under `/run/srp-ublk/`: what `list` shows and what
+//! `del` (and later `recover`) need. Written by the daemon when the device goes live, refreshed with
+//! live counters while it runs, removed when it stops.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Where state files live (`SRP_UBLK_RUN_DIR` overrides it, for tests).
+pub fn run_dir() -> PathBuf {
+    std::env::var_os("SRP_UBLK_RUN_DIR")
+        .map_or_else(|| PathBuf::from("/run/srp-ublk"), PathBuf::from)
+}
+
+/// One queue's channel.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct QueueState {
+    /// Queue id.
+    pub qid: u16,
+    /// The queue thread's tid.
+    pub tid: i32,
+    /// Credits granted at login.
+    pub req_lim_login: i32,
+    /// Credits now.
+    pub req_lim: i32,
+    /// SRP_CMDs sent.
+    pub cmds: u64,
+    /// Times a command waited for credits.
+    pub credit_stalls: u64,
+    /// "running" or why the channel is down.
+    pub state: String,
+}
+
+/// A served device.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct DeviceState {
+    /// ublk device id.
+    pub dev_id: u32,
+    /// `/dev/ublkbN`.
+    pub bdev: String,
+    /// The serving daemon's pid.
+    pub pid: u32,
+    /// The normalized target string.
+    pub target: String,
+    /// The LUN.
+    pub lun: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Logical block size.
+    pub block_size: u32,
+    /// Queue depth.
+    pub depth: u16,
+    /// Completion mode.
+    pub poll: String,
+    /// INQUIRY vendor / product.
+    pub vendor: String,
+    /// INQUIRY product.
+    pub product: String,
+    /// VPD 0x80.
+    pub serial: Option<String>,
+    /// The scsi_id-style identifier (ID_SERIAL, multipath WWID).
+    pub wwid: Option<String>,
+    /// The RDMA device the channels use.
+    pub rdma_device: String,
+    /// The daemon's log file.
+    pub log: String,
+    /// One entry per queue/channel.
+    pub queues: Vec<QueueState>,
+}
+
+impl DeviceState {
+    /// The state file of device `dev_id`.
+    pub fn path(dev_id: u32) -> PathBuf {
+        run_dir().join(format!("ublkb{dev_id}.json"))
+    }
+
+    /// Writes the state file atomically.
+    pub fn write(&self) -> std::io::Result<()> {
+        let dir = run_dir();
+        std::fs::create_dir_all(&dir)?;
+        let path = Self::path(self.dev_id);
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?,
+        )?;
+        std::fs::rename(tmp, path)
+    }
+
+    /// Reads one state file.
+    pub fn read(path: &Path) -> std::io::Result<DeviceState> {
+        let b = std::fs::read(path)?;
+        serde_json::from_slice(&b)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    /// Every device with a state file, sorted by id.
+    pub fn all() -> Vec<DeviceState> {
+        let mut v: Vec<DeviceState> = std::fs::read_dir(run_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+            .filter_map(|e| DeviceState::read(&e.path()).ok())
+            .collect();
+        v.sort_by_key(|d| d.dev_id);
+        v
+    }
+
+    /// Whether the serving daemon is alive.
+    pub fn daemon_alive(&self) -> bool {
+        Path::new(&format!("/proc/{}", self.pid)).exists()
+    }
+
+    /// Removes the state file.
+    pub fn remove(dev_id: u32) {
+        let _ = std::fs::remove_file(Self::path(dev_id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_through_a_run_dir() {
+        let dir = std::env::temp_dir().join(format!("srp-ublk-state-{}", std::process::id()));
+        std::env::set_var("SRP_UBLK_RUN_DIR", &dir);
+        let s = DeviceState {
+            dev_id: 3,
+            bdev: "/dev/ublkb3".into(),
+            pid: 1,
+            target: "t".into(),
+            ..Default::default()
+        };
+        s.write().unwrap();
+        assert_eq!(DeviceState::all(), vec![s.clone()]);
+        DeviceState::remove(3);
+        assert!(DeviceState::all().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::env::remove_var("SRP_UBLK_RUN_DIR");
+    }
+}
