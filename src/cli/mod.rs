@@ -13,7 +13,12 @@ use clap::{Parser, Subcommand};
 #[command(name = "srp-ublk", version, about, propagate_version = true)]
 pub struct Cli {
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "debug" or "srp_ublk=trace".
-    #[arg(long, global = true, env = "SRP_UBLK_LOG", default_value = "info")]
+    #[arg(
+        long,
+        global = true,
+        env = "SRP_UBLK_LOG",
+        default_value = "info,libublk=warn"
+    )]
     pub log: String,
     /// The subcommand.
     #[command(subcommand)]

@@ -199,6 +199,7 @@ pub fn serve(
     };
     let mode = opts.poll;
     let cpus = opts.cpus.clone();
+    let status2 = status.clone();
     let q_fn = move |qid: u16, dev: &UblkDev| {
         let ch = channels
             .lock()
@@ -208,15 +209,6 @@ pub fn serve(
             tracing::error!("queue {qid}: no SRP channel for this queue");
             return;
         };
-        if !cpus.is_empty() {
-            let cpu = cpus[usize::from(qid) % cpus.len()];
-            let mut set = nix::sched::CpuSet::new();
-            if set.set(cpu).is_ok() {
-                if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
-                    tracing::warn!("queue {qid}: cannot pin to CPU {cpu}: {e}");
-                }
-            }
-        }
         let Some(st) = status.get(usize::from(qid)) else {
             return;
         };
@@ -226,6 +218,13 @@ pub fn serve(
         }
     };
     let res = ctrl.run_target(tgt_init, q_fn, move |c| {
+        // libublk pins each queue thread to the kernel's queue affinity as it starts; --cpus
+        // overrides that here, once every queue thread runs and before anyone sees the device
+        if !cpus.is_empty() {
+            for (qid, st) in status2.iter().enumerate() {
+                pin(st.tid.load(Relaxed), cpus[qid % cpus.len()], qid);
+            }
+        }
         let info = LiveInfo {
             dev_id: c.dev_info().dev_id,
             bdev: c.get_bdev_path(),
@@ -237,6 +236,16 @@ pub fn serve(
         what: "running the ublk device",
         source,
     })
+}
+
+fn pin(tid: i32, cpu: usize, qid: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    let r = set
+        .set(cpu)
+        .and_then(|_| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set));
+    if let Err(e) = r {
+        tracing::warn!("queue {qid}: cannot pin thread {tid} to CPU {cpu}: {e}");
+    }
 }
 
 /// A queue's resources in drop order: the channel (QP, registrations) goes before the buffers it

@@ -1,0 +1,30 @@
+# srp-ublk add creates /dev/ublkb0 with the LUN's size and block size; list shows it; del removes it,
+# leaves no daemon and LIO no session.
+. /usr/lib/srp-lab/suite/lib.sh
+trap 'show_logs; ublk_cleanup' EXIT
+dev=$(ublk_add) || fail "srp-ublk add failed: $dev"
+expect_eq "device path" "$dev" /dev/ublkb0
+[ -b /dev/ublkb0 ] || fail "/dev/ublkb0 is not a block device"
+expect_eq "size in bytes" "$(($(cat /sys/block/ublkb0/size) * 512))" "$SRP_LUN_BYTES"
+expect_eq "logical block size" "$(cat /sys/block/ublkb0/queue/logical_block_size)" 512
+pattern /tmp/p 8
+dd if=/tmp/p of=/dev/ublkb0 bs=1M seek=5 oflag=direct conv=fsync 2>/dev/null || fail "write"
+expect_eq "8 MiB read back" "$(sha_range /dev/ublkb0 5 8)" "$(sha256sum < /tmp/p | cut -c1-64)"
+out=$(srp-ublk list) || fail "list"
+echo "$out"
+expect_contains "list" "$out" "/dev/ublkb0"
+expect_contains "list" "$out" "LIO-ORG"
+expect_contains "list" "$out" "dest=10.77.0.1:5555"
+json=$(srp-ublk list --json) || fail "list --json"
+expect_contains "list --json" "$json" '"req_lim_login": 128'
+pid=$(pidof srp-ublk) || fail "no daemon running"
+/usr/bin/rdma res show qp | grep -q srp-ublk || fail "no QP owned by srp-ublk"
+srp-ublk del -n 0 || fail "del"
+[ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 still present after del"
+! pidof srp-ublk >/dev/null || fail "daemon still running after del: $(pidof srp-ublk)"
+ok "device and daemon gone"
+# LIO closes its side once we disconnect: no target QP left for our session
+i=0; while /usr/bin/rdma res show qp | grep -q 'comm \[ib_srpt\]' && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+/usr/bin/rdma res show qp | grep 'ib_srpt' && fail "LIO still has a channel QP after del"
+ok "LIO shows no session"
+trap - EXIT
