@@ -7,23 +7,37 @@ lab := "tests/lab/lab.sh"
 default:
     @just --list
 
+# install the build dependencies when missing (libclang for bindgen, rdma-core headers)
+deps:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    missing=()
+    for p in libclang-dev libibverbs-dev librdmacm-dev pkg-config; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if (( ${#missing[@]} )); then
+        echo "installing build dependencies: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+
 # release build of the srp-ublk binary (what the lab puts in the guest)
-build:
+build: deps
     cargo build --release --locked
 
 # formatting, clippy, unit tests, fuzz smoke, the lab selftest and the lab's end-to-end suite
-test: fmt-check clippy unit fuzz-smoke lab-selftest lab-test
+test: deps fmt-check clippy unit fuzz-smoke lab-selftest lab-test
 
 # cargo fmt --check
 fmt-check:
     cargo fmt --all -- --check
 
 # clippy on every target, warnings are errors
-clippy:
+clippy: deps
     cargo clippy --locked --all-targets -- -D warnings
 
 # unit, property and host integration tests
-unit:
+unit: deps
     cargo test --locked
 
 # boot the lab and run FILE (a shell script) in the guest; exits with the script's status
@@ -55,9 +69,9 @@ fuzz-smoke: fuzz-setup
     for t in $(cargo +nightly fuzz list); do cargo +nightly fuzz run "$t" -- -max_total_time=20 -rss_limit_mb=2048; done
 
 # install cargo-fuzz when missing
-fuzz-setup:
+fuzz-setup: deps
     @command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 
 # criterion benchmarks of the wire codecs
-bench-wire:
+bench-wire: deps
     cargo bench --bench wire
