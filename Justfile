@@ -56,7 +56,7 @@ lab-selftest: build
 lab-image:
     bash {{lab}} image
 
-# boot the lab and show srp-ublk's target and the reference attach working
+# the main job: boot the lab, srp-ublk attaches the SRP LUN as /dev/ublkb0, fio verifies it
 demo: build
     bash {{lab}} demo
 

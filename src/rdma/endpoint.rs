@@ -53,6 +53,49 @@ pub struct ConnectParams {
     pub timeout: Duration,
 }
 
+/// How a login travels: the CM port space, the addresses, and which form of the login is the private
+/// data. RDMA/CM (`dest=`): RDMA_PS_TCP, IP addresses, the 56-byte `srp_login_req_rdma` (the CM adds a
+/// 36-byte header). IB CM (`dgid, pkey, service_id`) through librdmacm's AF_IB: RDMA_PS_IB, a
+/// `sockaddr_ib` naming the GID, P_Key and SRP service id, and the full 64-byte SRP_LOGIN_REQ (no CM
+/// header). The IB form needs an InfiniBand fabric, so only its bytes are tested here.
+struct LoginPlan {
+    port_space: rdma_port_space::Type,
+    dst: libc::sockaddr_storage,
+    src: Option<libc::sockaddr_storage>,
+    ib: bool,
+}
+
+impl LoginPlan {
+    fn for_route(route: &Route) -> Self {
+        match *route {
+            Route::RdmaCm { dest, src } => LoginPlan {
+                port_space: rdma_port_space::RDMA_PS_TCP,
+                dst: sockaddr::ip_sockaddr(dest),
+                src: src.map(|ip| sockaddr::ip_sockaddr(SocketAddr::new(ip, 0))),
+                ib: false,
+            },
+            Route::IbCm {
+                dgid,
+                pkey,
+                service_id,
+            } => LoginPlan {
+                port_space: sockaddr::RDMA_PS_IB,
+                dst: sockaddr::ib_storage(&sockaddr::ib_sockaddr(dgid, pkey, service_id)),
+                src: None,
+                ib: true,
+            },
+        }
+    }
+
+    fn private_data(&self, login: &LoginReq) -> Vec<u8> {
+        if self.ib {
+            login.encode_ib().to_vec()
+        } else {
+            login.encode_rdma().to_vec()
+        }
+    }
+}
+
 /// A connected, logged-in SRP channel's RDMA resources.
 pub struct Endpoint {
     ec: *mut rdma_event_channel,
@@ -152,28 +195,19 @@ impl Endpoint {
 
     /// Logs one channel in. Blocks for at most a few times `p.timeout`.
     pub fn connect(p: &ConnectParams) -> Result<Endpoint, RdmaError> {
-        let (dest, src) = match p.target.transport {
-            Route::RdmaCm { dest, src } => (dest, src),
-            Route::IbCm { .. } => {
-                return Err(RdmaError::Incompatible {
-                    dest: "0.0.0.0:0".parse().expect("literal"),
-                    detail: "the IB CM form (dgid, pkey, service_id) needs an InfiniBand fabric \
-                             and is not supported yet; use dest=IP:PORT (RDMA/CM)"
-                        .into(),
-                })
-            }
+        let dest = match p.target.transport {
+            Route::RdmaCm { dest, .. } => dest,
+            // IB CM targets have no IP address; messages name them 0.0.0.0:0
+            Route::IbCm { .. } => SocketAddr::from(([0, 0, 0, 0], 0)),
         };
         let mut ep = Endpoint::empty(dest);
-        ep.open(dest, src, p)?;
+        ep.open(p)?;
         Ok(ep)
     }
 
-    fn open(
-        &mut self,
-        dest: SocketAddr,
-        src: Option<std::net::IpAddr>,
-        p: &ConnectParams,
-    ) -> Result<(), RdmaError> {
+    fn open(&mut self, p: &ConnectParams) -> Result<(), RdmaError> {
+        let dest = self.dest;
+        let plan = LoginPlan::for_route(&p.target.transport);
         let tmo = p.timeout;
         let tmo_ms = tmo.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: plain constructor; null is checked.
@@ -194,20 +228,17 @@ impl Endpoint {
         set_nonblocking(unsafe { (*self.ec).fd })?;
         let mut id = null_mut();
         // SAFETY: ec is valid; id is an out-parameter.
-        if unsafe { rdma_create_id(self.ec, &mut id, null_mut(), rdma_port_space::RDMA_PS_TCP) }
-            != 0
-        {
+        if unsafe { rdma_create_id(self.ec, &mut id, null_mut(), plan.port_space) } != 0 {
             return Err(RdmaError::os("rdma_create_id"));
         }
         self.id = id;
 
-        let mut dst = sockaddr::ip_sockaddr(dest);
-        let mut src_ss = src.map(|ip| sockaddr::ip_sockaddr(SocketAddr::new(ip, 0)));
+        let (mut dst, mut src_ss) = (plan.dst, plan.src);
         let src_ptr = src_ss.as_mut().map_or(null_mut(), |s| {
             s as *mut libc::sockaddr_storage as *mut libc::sockaddr
         });
-        // SAFETY: id is valid; src/dst point to initialized sockaddr_storage values that outlive the
-        // call (librdmacm copies them).
+        // SAFETY: id is valid; src/dst point to initialized sockaddr_storage values (IP or AF_IB)
+        // that outlive the call (librdmacm copies them).
         let rc = unsafe {
             rdma_resolve_addr(
                 self.id,
@@ -337,7 +368,7 @@ impl Endpoint {
                 .initiator_port_id(self.port_guid, DEFAULT_INITIATOR_EXT),
             target_port_id: p.target.target_port_id(),
         };
-        let private = login.encode_rdma();
+        let private = plan.private_data(&login);
         // SAFETY: rdma_conn_param is a plain C struct; all-zero is valid before the fields are set.
         let mut cp: rdma_conn_param = unsafe { std::mem::zeroed() };
         cp.private_data = private.as_ptr() as *const libc::c_void;
@@ -816,6 +847,37 @@ fn _assert_send() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn login_plan_per_route() {
+        let login = LoginReq {
+            tag: 0,
+            req_it_iu_len: 8260,
+            req_buf_fmt: BufFormats::DIRECT_INDIRECT,
+            multi_channel: MultiChannelAction::Single,
+            immed_requested: true,
+            imm_data_offset: 68,
+            initiator_port_id: [1; 16],
+            target_port_id: [2; 16],
+        };
+        let cm = TargetSpec::parse("id_ext=1,ioc_guid=2,dest=10.77.0.1:5555").unwrap();
+        let plan = LoginPlan::for_route(&cm.transport);
+        assert_eq!(plan.port_space, rdma_port_space::RDMA_PS_TCP);
+        assert_eq!(plan.private_data(&login).len(), 56);
+        assert_eq!(plan.dst.ss_family, libc::AF_INET as libc::sa_family_t);
+        let ib = TargetSpec::parse(
+            "id_ext=1,ioc_guid=2,dgid=fe800000000000000002c90200402bd5,pkey=ffff,\
+             service_id=200100a0b81146a1",
+        )
+        .unwrap();
+        let plan = LoginPlan::for_route(&ib.transport);
+        assert_eq!(plan.port_space, 0x013f, "RDMA_PS_IB");
+        assert_eq!(plan.dst.ss_family, sockaddr::AF_IB);
+        let pd = plan.private_data(&login);
+        assert_eq!(pd.len(), 64);
+        assert_eq!(pd[0], 0x00, "the IB form starts with the opcode");
+        assert_eq!(&pd[48..64], &[2; 16]);
+    }
 
     /// Without an RDMA device (the host), connecting fails with an error naming the cause, not a
     /// panic.

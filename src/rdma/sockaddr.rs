@@ -48,6 +48,13 @@ pub fn ib_sockaddr(dgid: [u8; 16], pkey: u16, service_id: u64) -> SockaddrIb {
     }
 }
 
+/// A `sockaddr_ib` in a `sockaddr_storage`, for rdma_resolve_addr.
+pub(super) fn ib_storage(sib: &SockaddrIb) -> libc::sockaddr_storage {
+    let mut ss = zeroed_storage();
+    store(&mut ss, sib);
+    ss
+}
+
 /// The IB service id an AF_IB connection uses: the SRP service id itself.
 pub fn ib_service_id(service_id: u64) -> u64 {
     service_id
