@@ -7,12 +7,13 @@ lab := "tests/lab/lab.sh"
 default:
     @just --list
 
-# install the build dependencies when missing (libclang for bindgen, rdma-core headers)
+# install the build and host-test dependencies when missing (libclang for bindgen, rdma-core headers,
+# the NBD clients the host tests drive)
 deps:
     #!/usr/bin/env bash
     set -euo pipefail
     missing=()
-    for p in libclang-dev libibverbs-dev librdmacm-dev pkg-config; do
+    for p in libclang-dev libibverbs-dev librdmacm-dev pkg-config libnbd-bin qemu-utils fio; do
         dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
     done
     if (( ${#missing[@]} )); then

@@ -10,6 +10,7 @@
 //! - [`frontend`]: ublk (and NBD) over the per-queue channels.
 //! - [`rdma`]: libibverbs/librdmacm (the FFI): one logged-in channel per [`rdma::Endpoint`].
 
+pub mod backend;
 pub mod channel;
 pub mod frontend;
 pub mod rdma;

@@ -4,6 +4,7 @@ pub mod add;
 pub mod del;
 pub mod features;
 pub mod list;
+pub mod serve;
 pub mod target;
 
 use clap::{Parser, Subcommand};
@@ -34,6 +35,8 @@ pub enum Command {
     Del(del::DelArgs),
     /// List srp-ublk devices with their targets, channels and credits.
     List(list::ListArgs),
+    /// Serve a target's LUN (or a demo backend) as an NBD export, in the foreground.
+    Serve(serve::ServeArgs),
     /// Show what this host offers: ublk driver, RDMA devices, ports and GIDs, modules.
     Features,
     /// Work with target strings (ib_srp add_target syntax, srp_daemon lines and rules).
@@ -48,6 +51,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Del(a) => del::run(a),
         Command::List(a) => list::run(a),
         Command::Features => features::run(),
+        Command::Serve(a) => serve::run(a),
         Command::Target(t) => target::run(t),
     }
 }

@@ -1,3 +1,4 @@
-//! Front ends: how the per-queue channels are presented. `ublk` makes `/dev/ublkbN`; NBD comes next.
+//! Front ends: how the per-queue channels are presented. `ublk` makes `/dev/ublkbN`; `nbd` serves NBD exports.
 
+pub mod nbd;
 pub mod ublk;

@@ -105,6 +105,9 @@ pub struct Endpoint {
     cq: *mut ibv_cq,
     iu_mr: *mut ibv_mr,
     scratch_mr: *mut ibv_mr,
+    region_mr: *mut ibv_mr,
+    region: Box<[u8]>,
+    region_slot: usize,
     data_mrs: Vec<*mut ibv_mr>,
     iu: Box<[u8]>,
     scratch: Box<[u8]>,
@@ -176,6 +179,9 @@ impl Endpoint {
             cq: null_mut(),
             iu_mr: null_mut(),
             scratch_mr: null_mut(),
+            region_mr: null_mut(),
+            region: Box::new([]),
+            region_slot: 0,
             data_mrs: Vec::new(),
             iu: Box::new([]),
             scratch: Box::new([]),
@@ -479,6 +485,38 @@ impl Endpoint {
             lkey,
             rkey,
         })
+    }
+
+    /// Allocates one data region of `n` x `size` bytes owned by the endpoint and registers it once
+    /// (local write, remote read/write); returns one descriptor per slot. Replaces an earlier region.
+    pub fn alloc_region(&mut self, n: u16, size: u32) -> Result<Vec<DataBuf>, RdmaError> {
+        if !self.region_mr.is_null() {
+            // SAFETY: the old region's MR is ours and no command uses it (the caller owns the channel
+            // and has none in flight when it asks for a new region).
+            unsafe { ibv_dereg_mr(self.region_mr) };
+            self.region_mr = null_mut();
+        }
+        let len = usize::from(n) * size as usize;
+        self.region = vec![0u8; len].into_boxed_slice();
+        self.region_slot = size as usize;
+        let ptr = self.region.as_mut_ptr();
+        self.region_mr = self.reg(ptr, len, data_access())?;
+        // SAFETY: region_mr is the valid MR just registered.
+        let (lkey, rkey) = unsafe { ((*self.region_mr).lkey, (*self.region_mr).rkey) };
+        Ok((0..usize::from(n))
+            .map(|i| DataBuf {
+                addr: ptr as u64 + (i * size as usize) as u64,
+                len: size,
+                lkey,
+                rkey,
+            })
+            .collect())
+    }
+
+    /// Slot `i` of the region from [`Endpoint::alloc_region`].
+    pub fn region_buf(&mut self, i: u16) -> &mut [u8] {
+        let s = usize::from(i) * self.region_slot;
+        &mut self.region[s..s + self.region_slot]
     }
 
     /// A 64 KiB registered buffer owned by the endpoint, for setup commands (INQUIRY, ...).
@@ -807,7 +845,11 @@ impl Drop for Endpoint {
             // SAFETY: id has a QP created by rdma_create_qp.
             unsafe { rdma_destroy_qp(self.id) };
         }
-        for mr in self.data_mrs.drain(..).chain([self.iu_mr, self.scratch_mr]) {
+        for mr in self
+            .data_mrs
+            .drain(..)
+            .chain([self.iu_mr, self.scratch_mr, self.region_mr])
+        {
             if !mr.is_null() {
                 // SAFETY: mr is a valid MR of ours, deregistered once; the QP using it is gone.
                 unsafe { ibv_dereg_mr(mr) };

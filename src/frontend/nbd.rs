@@ -1,0 +1,763 @@
+//! The NBD front end: the same per-queue SRP channels served over NBD (nbd `doc/proto.md`), for VM hosts
+//! (QEMU/libvirt attach an NBD export directly) and hosts without ublk.
+//!
+//! One connection owns one SRP channel, taken from the session's pool for as long as it lives, so a
+//! multi-conn client gets one channel per connection, as ublk gets one per queue. Each connection runs
+//! on its own thread: fixed-newstyle handshake (EXPORT_NAME, INFO, GO, LIST, ABORT), then a non-blocking
+//! transmission loop that reads pipelined requests, sends them on the channel, and writes simple
+//! replies as commands complete (out of order). A malformed request gets the protocol's error reply,
+//! or, where the stream cannot be resynchronised (bad magic), a disconnect of that connection only.
+
+use crate::backend::MemDisk;
+use crate::channel::block::{to_scsi, BlockOp, Geometry};
+use crate::channel::{Channel, DataBuf, Transport};
+use crate::rdma::Endpoint;
+use crate::wire::nbd::{
+    self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
+};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where to listen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// A unix socket (the default; created 0600).
+    Unix(PathBuf),
+    /// TCP (unauthenticated: explicit only).
+    Tcp(SocketAddr),
+}
+
+impl Listen {
+    /// Parses `unix:PATH` or `tcp:ADDR:PORT`.
+    pub fn parse(s: &str) -> Result<Listen, String> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            if p.is_empty() {
+                return Err("unix: needs a path, e.g. unix:/run/srp-ublk/disk0.sock".into());
+            }
+            return Ok(Listen::Unix(PathBuf::from(p)));
+        }
+        if let Some(a) = s.strip_prefix("tcp:") {
+            return a.parse().map(Listen::Tcp).map_err(|_| {
+                format!("'{a}': expected tcp:ADDRESS:PORT, e.g. tcp:127.0.0.1:10809")
+            });
+        }
+        Err(format!("'{s}': expected unix:PATH or tcp:ADDRESS:PORT"))
+    }
+}
+
+/// What an export is served from.
+pub enum Source {
+    /// SRP channels (the real thing); each connection takes one.
+    Srp {
+        /// Free channels.
+        pool: Arc<Mutex<Vec<Channel<Endpoint>>>>,
+        /// The LUN's geometry.
+        geo: Geometry,
+        /// Commands in flight per connection.
+        depth: u16,
+    },
+    /// RAM (demo/benchmark).
+    Mem(Arc<MemDisk>),
+    /// Zeros in, writes discarded (demo/benchmark).
+    Null,
+}
+
+/// One export.
+pub struct Export {
+    /// Its name (clients may also ask for the default, "").
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Minimum (logical) block size.
+    pub min_block: u32,
+    /// Largest request.
+    pub max_io: u32,
+    /// Read-only.
+    pub read_only: bool,
+    /// Whether WRITE_ZEROES may deallocate fast (FAST_ZERO is honoured only then).
+    pub fast_zero: bool,
+    /// TRIM supported.
+    pub trim: bool,
+    /// Where the data lives.
+    pub source: Source,
+}
+
+impl Export {
+    /// The transmission flags, telling the truth: FLUSH and FUA always (SYNCHRONIZE CACHE / FUA writes
+    /// reach the LUN's cache, which every channel shares, so CAN_MULTI_CONN holds), TRIM and
+    /// WRITE_ZEROES as the source supports them.
+    pub fn flags(&self) -> u16 {
+        let mut f = tflag::HAS_FLAGS | tflag::SEND_FLUSH | tflag::SEND_FUA | tflag::CAN_MULTI_CONN;
+        f |= tflag::SEND_WRITE_ZEROES | tflag::SEND_FAST_ZERO;
+        if self.trim {
+            f |= tflag::SEND_TRIM;
+        }
+        if self.read_only {
+            f |= tflag::READ_ONLY;
+        }
+        f
+    }
+
+    fn depth(&self) -> u16 {
+        match &self.source {
+            Source::Srp { depth, .. } => *depth,
+            _ => 64,
+        }
+    }
+}
+
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(nb),
+            Stream::Tcp(s) => s.set_nonblocking(nb),
+        }
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(b),
+            Stream::Tcp(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(b),
+            Stream::Tcp(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// Listens and serves `export` until the process ends; `ready` runs once the socket accepts.
+pub fn serve(listen: &Listen, export: Arc<Export>, ready: impl FnOnce()) -> io::Result<()> {
+    match listen {
+        Listen::Unix(path) => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let _ = std::fs::remove_file(path);
+            let l = UnixListener::bind(path)?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+            ready();
+            for s in l.incoming() {
+                spawn_conn(Stream::Unix(s?), export.clone());
+            }
+        }
+        Listen::Tcp(addr) => {
+            tracing::warn!("NBD over TCP on {addr} is unauthenticated: anyone who can reach it can read and write the LUN");
+            let l = TcpListener::bind(addr)?;
+            ready();
+            for s in l.incoming() {
+                let s = s?;
+                let _ = s.set_nodelay(true);
+                spawn_conn(Stream::Tcp(s), export.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn spawn_conn(s: Stream, ex: Arc<Export>) {
+    std::thread::spawn(move || {
+        if let Err(e) = connection(s, &ex) {
+            tracing::info!("NBD connection ended: {e}");
+        }
+    });
+}
+
+fn connection(mut s: Stream, ex: &Export) -> io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let Some(exec) = handshake(&mut s, ex)? else {
+        return Ok(());
+    };
+    s.set_read_timeout(None)?;
+    transmission(s, ex, exec)
+}
+
+fn bad(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+/// Option data above this closes the connection (no option of ours needs more).
+const MAX_OPTION_LEN: u32 = 64 * 1024;
+
+fn handshake(s: &mut Stream, ex: &Export) -> io::Result<Option<Exec>> {
+    s.write_all(&nbd::server_greeting())?;
+    let mut f = [0u8; 4];
+    s.read_exact(&mut f)?;
+    let cflags = u32::from_be_bytes(f);
+    if cflags & nbd::cflag::FIXED_NEWSTYLE == 0 {
+        return Err(bad("client does not speak fixed newstyle"));
+    }
+    let no_zeroes = cflags & nbd::cflag::NO_ZEROES != 0;
+    loop {
+        let mut h = [0u8; 16];
+        s.read_exact(&mut h)?;
+        let h = OptionHeader::parse(&h).map_err(|e| bad(e.to_string()))?;
+        if h.length > MAX_OPTION_LEN {
+            return Err(bad(format!(
+                "option {} with {} bytes of data",
+                h.option, h.length
+            )));
+        }
+        let mut data = vec![0u8; h.length as usize];
+        s.read_exact(&mut data)?;
+        let name_ok = |n: &str| n.is_empty() || n == ex.name;
+        match h.option {
+            opt::EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&data).into_owned();
+                if !name_ok(&name) {
+                    return Err(bad(format!("unknown export '{name}'")));
+                }
+                let exec = Exec::open(ex).map_err(bad)?;
+                let mut reply = Vec::with_capacity(134);
+                reply.extend_from_slice(&ex.size.to_be_bytes());
+                reply.extend_from_slice(&ex.flags().to_be_bytes());
+                if !no_zeroes {
+                    reply.extend_from_slice(&[0u8; 124]);
+                }
+                s.write_all(&reply)?;
+                return Ok(Some(exec));
+            }
+            opt::INFO | opt::GO => {
+                let req = match InfoRequest::parse(&data) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        s.write_all(&nbd::option_reply(
+                            h.option,
+                            rep::ERR_INVALID,
+                            e.to_string().as_bytes(),
+                        ))?;
+                        continue;
+                    }
+                };
+                if !name_ok(&req.name) {
+                    let msg = format!(
+                        "no export '{}'; this server exports '{}'",
+                        req.name, ex.name
+                    );
+                    s.write_all(&nbd::option_reply(
+                        h.option,
+                        rep::ERR_UNKNOWN,
+                        msg.as_bytes(),
+                    ))?;
+                    continue;
+                }
+                let exec = if h.option == opt::GO {
+                    match Exec::open(ex) {
+                        Ok(e) => Some(e),
+                        Err(msg) => {
+                            s.write_all(&nbd::option_reply(
+                                h.option,
+                                rep::ERR_POLICY,
+                                msg.as_bytes(),
+                            ))?;
+                            continue;
+                        }
+                    }
+                } else {
+                    None
+                };
+                let mut out =
+                    nbd::option_reply(h.option, rep::INFO, &nbd::info_export(ex.size, ex.flags()));
+                let pref = 4096u32.max(ex.min_block).min(ex.max_io);
+                out.extend(nbd::option_reply(
+                    h.option,
+                    rep::INFO,
+                    &nbd::info_block_size(ex.min_block, pref, ex.max_io),
+                ));
+                if req.requests.contains(&nbd::info::NAME) {
+                    let mut d = nbd::info::NAME.to_be_bytes().to_vec();
+                    d.extend_from_slice(ex.name.as_bytes());
+                    out.extend(nbd::option_reply(h.option, rep::INFO, &d));
+                }
+                out.extend(nbd::option_reply(h.option, rep::ACK, &[]));
+                s.write_all(&out)?;
+                if exec.is_some() {
+                    return Ok(exec);
+                }
+            }
+            opt::LIST => {
+                if !data.is_empty() {
+                    s.write_all(&nbd::option_reply(
+                        h.option,
+                        rep::ERR_INVALID,
+                        b"LIST takes no data",
+                    ))?;
+                    continue;
+                }
+                let mut d = (ex.name.len() as u32).to_be_bytes().to_vec();
+                d.extend_from_slice(ex.name.as_bytes());
+                let mut out = nbd::option_reply(h.option, rep::SERVER, &d);
+                out.extend(nbd::option_reply(h.option, rep::ACK, &[]));
+                s.write_all(&out)?;
+            }
+            opt::ABORT => {
+                let _ = s.write_all(&nbd::option_reply(h.option, rep::ACK, &[]));
+                return Ok(None);
+            }
+            o => s.write_all(&nbd::option_reply(o, rep::ERR_UNSUP, &[]))?,
+        }
+    }
+}
+
+/// Executes block operations for one connection: on its SRP channel, or on a demo backend.
+// one per connection, created once and never moved on the I/O path: its size does not matter
+#[allow(clippy::large_enum_variant)]
+enum Exec {
+    Srp {
+        ch: Option<Channel<Endpoint>>,
+        bufs: Vec<DataBuf>,
+        geo: Geometry,
+        pool: Arc<Mutex<Vec<Channel<Endpoint>>>>,
+    },
+    Demo {
+        disk: Option<Arc<MemDisk>>,
+        bufs: Vec<Vec<u8>>,
+        done: Vec<(u16, Result<(), i32>)>,
+    },
+}
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        if let Exec::Srp { ch, pool, .. } = self {
+            if let Some(c) = ch.take() {
+                // a channel with commands still in flight or down goes back only if usable
+                if c.busy() == 0 && c.down().is_none() {
+                    if let Ok(mut p) = pool.lock() {
+                        p.push(c);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Exec {
+    fn open(ex: &Export) -> Result<Exec, String> {
+        let depth = ex.depth();
+        match &ex.source {
+            Source::Srp { pool, geo, .. } => {
+                let ch = pool
+                    .lock()
+                    .map_err(|_| "internal error: channel pool poisoned".to_string())?
+                    .pop();
+                let Some(mut ch) = ch else {
+                    return Err("every SRP channel is in use by another connection; start `srp-ublk serve` \
+                                with more --queues"
+                        .into());
+                };
+                let bufs = match ch.transport().alloc_region(depth, ex.max_io) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        pool.lock().map(|mut p| p.push(ch)).ok();
+                        return Err(format!("cannot register the connection's buffers: {e}"));
+                    }
+                };
+                Ok(Exec::Srp {
+                    ch: Some(ch),
+                    bufs,
+                    geo: *geo,
+                    pool: pool.clone(),
+                })
+            }
+            Source::Mem(d) => Ok(Exec::Demo {
+                disk: Some(d.clone()),
+                bufs: vec![vec![0u8; ex.max_io as usize]; usize::from(depth)],
+                done: Vec::new(),
+            }),
+            Source::Null => Ok(Exec::Demo {
+                disk: None,
+                bufs: vec![vec![0u8; ex.max_io as usize]; usize::from(depth)],
+                done: Vec::new(),
+            }),
+        }
+    }
+
+    fn buf(&mut self, tag: u16) -> &mut [u8] {
+        match self {
+            Exec::Srp { ch: Some(ch), .. } => ch.transport().region_buf(tag),
+            Exec::Srp { ch: None, .. } => &mut [],
+            Exec::Demo { bufs, .. } => &mut bufs[usize::from(tag)],
+        }
+    }
+
+    fn submit(&mut self, tag: u16, op: BlockOp, off: u64, len: u32) -> Result<(), i32> {
+        match self {
+            Exec::Srp {
+                ch: Some(ch),
+                bufs,
+                geo,
+                ..
+            } => {
+                let cmd = to_scsi(
+                    op,
+                    off,
+                    len,
+                    geo,
+                    bufs[usize::from(tag)],
+                    ch.transport().region_buf(tag),
+                )?;
+                ch.submit(tag, cmd).map_err(|_| libc::EIO)
+            }
+            Exec::Srp { ch: None, .. } => Err(libc::EIO),
+            Exec::Demo { disk, bufs, done } => {
+                let b = &mut bufs[usize::from(tag)];
+                if let Some(d) = disk {
+                    match op {
+                        BlockOp::Read => d.read(off, &mut b[..len as usize]),
+                        BlockOp::Write { .. } => d.write(off, &b[..len as usize]),
+                        BlockOp::Discard | BlockOp::WriteZeroes { .. } => d.zero(off, len as usize),
+                        BlockOp::Flush => {}
+                    }
+                } else if op == BlockOp::Read {
+                    b[..len as usize].fill(0);
+                }
+                done.push((tag, Ok(())));
+                Ok(())
+            }
+        }
+    }
+
+    /// Collects finished commands into `out`; returns how many completions were processed.
+    fn poll(&mut self, out: &mut Vec<(u16, Result<(), i32>)>) -> usize {
+        match self {
+            Exec::Srp { ch: Some(ch), .. } => {
+                let n = ch.process(&mut |d| {
+                    let r = if d.outcome.errno != 0 {
+                        Err(d.outcome.errno)
+                    } else if d.outcome.resid != 0 {
+                        Err(libc::EIO)
+                    } else {
+                        Ok(())
+                    };
+                    out.push((d.tag, r));
+                });
+                if ch.down().is_some() && ch.busy() > 0 {
+                    ch.fail_all(libc::EIO, &mut |d| out.push((d.tag, Err(d.outcome.errno))));
+                }
+                n
+            }
+            Exec::Srp { ch: None, .. } => 0,
+            Exec::Demo { done, .. } => {
+                let n = done.len();
+                out.append(done);
+                n
+            }
+        }
+    }
+
+    fn busy(&self) -> bool {
+        match self {
+            Exec::Srp { ch: Some(ch), .. } => ch.busy() > 0,
+            Exec::Srp { ch: None, .. } => false,
+            Exec::Demo { done, .. } => !done.is_empty(),
+        }
+    }
+
+    fn arm(&mut self) -> Option<RawFd> {
+        match self {
+            Exec::Srp { ch: Some(ch), .. } => {
+                let _ = ch.transport().arm();
+                ch.transport().notify_fd()
+            }
+            _ => None,
+        }
+    }
+
+    fn ack(&mut self) {
+        if let Exec::Srp { ch: Some(ch), .. } = self {
+            let _ = ch.transport().ack_notify();
+        }
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct TagReq {
+    cookie: u64,
+    read: bool,
+    len: u32,
+}
+
+/// Waits for readiness on up to two fds; returns (fd0 ready, fd1 ready).
+fn wait(fd0: RawFd, ev0: i16, fd1: Option<RawFd>, timeout_ms: i32) -> (bool, bool) {
+    let mut fds = [
+        libc::pollfd {
+            fd: fd0,
+            events: ev0,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: fd1.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two valid pollfd entries (a negative fd is ignored by poll(2)).
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+    if n <= 0 {
+        return (false, false);
+    }
+    (fds[0].revents != 0, fds[1].revents != 0)
+}
+
+const SPINS: u32 = 200;
+
+fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
+    s.set_nonblocking(true)?;
+    let depth = ex.depth();
+    let mut free: Vec<u16> = (0..depth).rev().collect();
+    let mut tags = vec![TagReq::default(); usize::from(depth)];
+    let cap = 2 * (nbd::REQUEST_LEN + ex.max_io as usize);
+    let mut rbuf = vec![0u8; cap];
+    let (mut rpos, mut rlen) = (0usize, 0usize);
+    let mut skip = 0u64;
+    let mut out: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut opos = 0usize;
+    let mut done = Vec::with_capacity(usize::from(depth));
+    let (mut disc, mut eof) = (false, false);
+    let mut spins = 0u32;
+    loop {
+        let mut progress = false;
+        // read what the socket has, while there is room to act on it
+        if !disc && !eof && !free.is_empty() && out.len() - opos < (8 << 20) {
+            if rpos > 0 && rlen > cap / 2 {
+                rbuf.copy_within(rpos..rlen, 0);
+                rlen -= rpos;
+                rpos = 0;
+            }
+            if rlen < cap {
+                match s.read(&mut rbuf[rlen..]) {
+                    Ok(0) => eof = true,
+                    Ok(n) => {
+                        rlen += n;
+                        progress = true;
+                    }
+                    Err(e)
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            || e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        // parse and dispatch complete requests
+        while !disc {
+            if skip > 0 {
+                let n = skip.min((rlen - rpos) as u64) as usize;
+                rpos += n;
+                skip -= n as u64;
+                if skip > 0 {
+                    break;
+                }
+            }
+            if rlen - rpos < nbd::REQUEST_LEN {
+                break;
+            }
+            let req = Request::parse(&rbuf[rpos..rlen]).map_err(|e| bad(e.to_string()))?;
+            let body = if req.kind == cmd::WRITE {
+                req.length as usize
+            } else {
+                0
+            };
+            let reply_err = |out: &mut Vec<u8>, e: u32| {
+                out.extend_from_slice(&nbd::simple_reply(e, req.cookie))
+            };
+            let end = req.offset.checked_add(u64::from(req.length));
+            let in_range = end.is_some_and(|e| e <= ex.size);
+            let sized = req.length <= ex.max_io;
+            match req.kind {
+                cmd::DISC => {
+                    rpos += nbd::REQUEST_LEN;
+                    disc = true;
+                    break;
+                }
+                cmd::CACHE => {
+                    rpos += nbd::REQUEST_LEN;
+                    reply_err(&mut out, if in_range { 0 } else { err::EINVAL });
+                    continue;
+                }
+                cmd::READ | cmd::WRITE | cmd::FLUSH | cmd::TRIM | cmd::WRITE_ZEROES => {}
+                _ => {
+                    rpos += nbd::REQUEST_LEN;
+                    reply_err(&mut out, err::EINVAL);
+                    continue;
+                }
+            }
+            let rejected = match req.kind {
+                _ if !in_range && req.kind != cmd::FLUSH => Some(if req.kind == cmd::READ {
+                    err::EINVAL
+                } else {
+                    err::ENOSPC
+                }),
+                cmd::READ | cmd::WRITE if !sized => Some(err::EINVAL),
+                cmd::WRITE | cmd::TRIM | cmd::WRITE_ZEROES if ex.read_only => Some(err::EPERM),
+                cmd::TRIM if !ex.trim => Some(err::EINVAL),
+                cmd::WRITE_ZEROES
+                    if req.flags & cmdflag::FAST_ZERO != 0
+                        && (!ex.fast_zero || req.flags & cmdflag::NO_HOLE != 0) =>
+                {
+                    Some(err::ENOTSUP)
+                }
+                _ => None,
+            };
+            if let Some(e) = rejected {
+                rpos += nbd::REQUEST_LEN;
+                skip = body as u64;
+                reply_err(&mut out, e);
+                continue;
+            }
+            if rlen - rpos < nbd::REQUEST_LEN + body {
+                break; // the write's payload is not all here yet
+            }
+            let Some(tag) = free.pop() else { break };
+            rpos += nbd::REQUEST_LEN;
+            if body > 0 {
+                exec.buf(tag)[..body].copy_from_slice(&rbuf[rpos..rpos + body]);
+                rpos += body;
+            }
+            let op = match req.kind {
+                cmd::READ => BlockOp::Read,
+                cmd::WRITE => BlockOp::Write {
+                    fua: req.flags & cmdflag::FUA != 0,
+                },
+                cmd::FLUSH => BlockOp::Flush,
+                cmd::TRIM => BlockOp::Discard,
+                _ => BlockOp::WriteZeroes {
+                    may_unmap: req.flags & cmdflag::NO_HOLE == 0,
+                },
+            };
+            tags[usize::from(tag)] = TagReq {
+                cookie: req.cookie,
+                read: req.kind == cmd::READ,
+                len: req.length,
+            };
+            progress = true;
+            if let Err(e) = exec.submit(tag, op, req.offset, req.length) {
+                free.push(tag);
+                reply_err(&mut out, err::from_errno(e));
+            }
+        }
+        // completions become replies
+        if exec.poll(&mut done) > 0 {
+            progress = true;
+        }
+        for (tag, r) in done.drain(..) {
+            let t = tags[usize::from(tag)];
+            match r {
+                Ok(()) => {
+                    out.extend_from_slice(&nbd::simple_reply(0, t.cookie));
+                    if t.read {
+                        out.extend_from_slice(&exec.buf(tag)[..t.len as usize]);
+                    }
+                }
+                Err(e) => out.extend_from_slice(&nbd::simple_reply(err::from_errno(e), t.cookie)),
+            }
+            free.push(tag);
+        }
+        // write replies
+        while opos < out.len() {
+            match s.write(&out[opos..]) {
+                Ok(0) => return Err(bad("client closed while receiving replies")),
+                Ok(n) => {
+                    opos += n;
+                    progress = true;
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted =>
+                {
+                    break
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if opos == out.len() {
+            out.clear();
+            opos = 0;
+        }
+        let idle = free.len() == usize::from(depth);
+        if (disc || eof) && idle && out.is_empty() {
+            return Ok(());
+        }
+        if progress {
+            spins = 0;
+            continue;
+        }
+        // nothing to do right now: spin a little while commands are in flight, then sleep
+        if exec.busy() && spins < SPINS {
+            spins += 1;
+            continue;
+        }
+        let want_read = !disc && !eof && !free.is_empty();
+        let mut ev = 0;
+        if want_read {
+            ev |= libc::POLLIN;
+        }
+        if !out.is_empty() {
+            ev |= libc::POLLOUT;
+        }
+        let cq = if exec.busy() { exec.arm() } else { None };
+        // re-poll after arming so a completion that raced the arm is not slept through
+        if exec.busy() && exec.poll(&mut done) > 0 {
+            continue;
+        }
+        let (_, cq_ready) = wait(s.as_raw_fd(), ev, cq, 100);
+        if cq_ready {
+            exec.ack();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_specs() {
+        assert_eq!(
+            Listen::parse("unix:/tmp/x.sock"),
+            Ok(Listen::Unix("/tmp/x.sock".into()))
+        );
+        assert_eq!(
+            Listen::parse("tcp:127.0.0.1:10809"),
+            Ok(Listen::Tcp("127.0.0.1:10809".parse().unwrap()))
+        );
+        assert!(Listen::parse("tcp:localhost").is_err());
+        assert!(Listen::parse("unix:").is_err());
+        assert!(Listen::parse("/tmp/x").is_err());
+    }
+}

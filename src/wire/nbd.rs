@@ -1,0 +1,426 @@
+//! NBD protocol structures (nbd `doc/proto.md`): the fixed-newstyle handshake, option requests and
+//! replies, transmission requests and simple replies. Big-endian on the wire; sizes asserted.
+
+use super::{be16, be32, need, WireError};
+use zerocopy::big_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// "NBDMAGIC".
+pub const NBD_MAGIC: u64 = 0x4e42_444d_4147_4943;
+/// "IHAVEOPT".
+pub const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
+/// Option reply magic.
+pub const REP_MAGIC: u64 = 0x0003_e889_0455_65a9;
+/// Transmission request magic.
+pub const REQUEST_MAGIC: u32 = 0x2560_9513;
+/// Simple reply magic.
+pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+
+/// Handshake flags (server).
+pub mod hflag {
+    /// Fixed newstyle.
+    pub const FIXED_NEWSTYLE: u16 = 1 << 0;
+    /// No 124 zero bytes after EXPORT_NAME.
+    pub const NO_ZEROES: u16 = 1 << 1;
+}
+
+/// Client flags.
+pub mod cflag {
+    /// Fixed newstyle.
+    pub const FIXED_NEWSTYLE: u32 = 1 << 0;
+    /// No zeroes.
+    pub const NO_ZEROES: u32 = 1 << 1;
+}
+
+/// Transmission (per-export) flags.
+pub mod tflag {
+    /// The flags field is meaningful.
+    pub const HAS_FLAGS: u16 = 1 << 0;
+    /// Read-only export.
+    pub const READ_ONLY: u16 = 1 << 1;
+    /// FLUSH supported.
+    pub const SEND_FLUSH: u16 = 1 << 2;
+    /// FUA supported.
+    pub const SEND_FUA: u16 = 1 << 3;
+    /// TRIM supported.
+    pub const SEND_TRIM: u16 = 1 << 5;
+    /// WRITE_ZEROES supported.
+    pub const SEND_WRITE_ZEROES: u16 = 1 << 6;
+    /// A flush on one connection covers all of them.
+    pub const CAN_MULTI_CONN: u16 = 1 << 8;
+    /// FAST_ZERO supported.
+    pub const SEND_FAST_ZERO: u16 = 1 << 11;
+}
+
+/// Options.
+pub mod opt {
+    /// NBD_OPT_EXPORT_NAME.
+    pub const EXPORT_NAME: u32 = 1;
+    /// NBD_OPT_ABORT.
+    pub const ABORT: u32 = 2;
+    /// NBD_OPT_LIST.
+    pub const LIST: u32 = 3;
+    /// NBD_OPT_INFO.
+    pub const INFO: u32 = 6;
+    /// NBD_OPT_GO.
+    pub const GO: u32 = 7;
+}
+
+/// Option reply types.
+pub mod rep {
+    /// Acknowledge.
+    pub const ACK: u32 = 1;
+    /// An export (LIST).
+    pub const SERVER: u32 = 2;
+    /// Information (INFO/GO).
+    pub const INFO: u32 = 3;
+    /// Option not supported.
+    pub const ERR_UNSUP: u32 = 0x8000_0001;
+    /// Refused by policy.
+    pub const ERR_POLICY: u32 = 0x8000_0002;
+    /// Invalid option data.
+    pub const ERR_INVALID: u32 = 0x8000_0003;
+    /// Unknown export.
+    pub const ERR_UNKNOWN: u32 = 0x8000_0006;
+    /// Server shutting down.
+    pub const ERR_SHUTDOWN: u32 = 0x8000_0007;
+}
+
+/// NBD_INFO_* types.
+pub mod info {
+    /// Size and flags.
+    pub const EXPORT: u16 = 0;
+    /// Name.
+    pub const NAME: u16 = 1;
+    /// Description.
+    pub const DESCRIPTION: u16 = 2;
+    /// Block sizes.
+    pub const BLOCK_SIZE: u16 = 3;
+}
+
+/// Commands.
+pub mod cmd {
+    /// Read.
+    pub const READ: u16 = 0;
+    /// Write.
+    pub const WRITE: u16 = 1;
+    /// Disconnect.
+    pub const DISC: u16 = 2;
+    /// Flush.
+    pub const FLUSH: u16 = 3;
+    /// Trim.
+    pub const TRIM: u16 = 4;
+    /// Cache (read-ahead hint).
+    pub const CACHE: u16 = 5;
+    /// Write zeroes.
+    pub const WRITE_ZEROES: u16 = 6;
+}
+
+/// Command flags.
+pub mod cmdflag {
+    /// Force unit access.
+    pub const FUA: u16 = 1 << 0;
+    /// Zeroes must be written, not punched.
+    pub const NO_HOLE: u16 = 1 << 1;
+    /// Fail fast rather than zero slowly.
+    pub const FAST_ZERO: u16 = 1 << 4;
+}
+
+/// NBD error codes.
+pub mod err {
+    /// Operation not permitted.
+    pub const EPERM: u32 = 1;
+    /// I/O error.
+    pub const EIO: u32 = 5;
+    /// Out of memory.
+    pub const ENOMEM: u32 = 12;
+    /// Invalid argument.
+    pub const EINVAL: u32 = 22;
+    /// No space.
+    pub const ENOSPC: u32 = 28;
+    /// Value too large (request past the end).
+    pub const EOVERFLOW: u32 = 75;
+    /// Not supported.
+    pub const ENOTSUP: u32 = 95;
+    /// Server shutting down.
+    pub const ESHUTDOWN: u32 = 108;
+
+    /// The NBD error for a (positive) errno from the block mapping or the target.
+    pub fn from_errno(e: i32) -> u32 {
+        match e {
+            1 => EPERM,
+            12 => ENOMEM,
+            22 => EINVAL,
+            28 => ENOSPC,
+            30 => EPERM,
+            75 => EOVERFLOW,
+            95 => ENOTSUP,
+            108 => ESHUTDOWN,
+            _ => EIO,
+        }
+    }
+}
+
+/// A transmission request (28 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+struct RawRequest {
+    magic: U32,
+    flags: U16,
+    kind: U16,
+    cookie: U64,
+    offset: U64,
+    length: U32,
+}
+const _: () = assert!(core::mem::size_of::<RawRequest>() == 28);
+
+/// The size of a transmission request header.
+pub const REQUEST_LEN: usize = 28;
+/// The size of a simple reply header.
+pub const SIMPLE_REPLY_LEN: usize = 16;
+
+/// A decoded transmission request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Command flags.
+    pub flags: u16,
+    /// Command type.
+    pub kind: u16,
+    /// Opaque cookie (handle) echoed in the reply.
+    pub cookie: u64,
+    /// Byte offset.
+    pub offset: u64,
+    /// Byte length.
+    pub length: u32,
+}
+
+impl Request {
+    /// Decodes the 28-byte request header; a bad magic is an error (the connection must close).
+    pub fn parse(b: &[u8]) -> Result<Self, WireError> {
+        let (r, _) = RawRequest::ref_from_prefix(b).map_err(|_| WireError::Truncated {
+            what: "NBD request",
+            need: REQUEST_LEN,
+            got: b.len(),
+        })?;
+        if r.magic.get() != REQUEST_MAGIC {
+            return Err(WireError::Invalid {
+                what: "NBD request",
+                field: "magic",
+                value: u64::from(r.magic.get()),
+                rule: "must be 0x25609513",
+            });
+        }
+        Ok(Request {
+            flags: r.flags.get(),
+            kind: r.kind.get(),
+            cookie: r.cookie.get(),
+            offset: r.offset.get(),
+            length: r.length.get(),
+        })
+    }
+
+    /// Encodes the request (for tests and clients).
+    pub fn encode(&self) -> [u8; REQUEST_LEN] {
+        let r = RawRequest {
+            magic: REQUEST_MAGIC.into(),
+            flags: self.flags.into(),
+            kind: self.kind.into(),
+            cookie: self.cookie.into(),
+            offset: self.offset.into(),
+            length: self.length.into(),
+        };
+        let mut o = [0u8; REQUEST_LEN];
+        o.copy_from_slice(r.as_bytes());
+        o
+    }
+}
+
+/// A simple reply header.
+pub fn simple_reply(error: u32, cookie: u64) -> [u8; SIMPLE_REPLY_LEN] {
+    let mut o = [0u8; SIMPLE_REPLY_LEN];
+    o[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
+    o[4..8].copy_from_slice(&error.to_be_bytes());
+    o[8..16].copy_from_slice(&cookie.to_be_bytes());
+    o
+}
+
+/// The server's first 18 bytes: NBDMAGIC, IHAVEOPT, handshake flags.
+pub fn server_greeting() -> [u8; 18] {
+    let mut o = [0u8; 18];
+    o[0..8].copy_from_slice(&NBD_MAGIC.to_be_bytes());
+    o[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    o[16..18].copy_from_slice(&(hflag::FIXED_NEWSTYLE | hflag::NO_ZEROES).to_be_bytes());
+    o
+}
+
+/// An option request header: IHAVEOPT, option, length (16 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionHeader {
+    /// The option.
+    pub option: u32,
+    /// Length of the option data that follows.
+    pub length: u32,
+}
+
+impl OptionHeader {
+    /// Decodes the 16-byte header; a bad magic is an error.
+    pub fn parse(b: &[u8]) -> Result<Self, WireError> {
+        need("NBD option header", b, 16)?;
+        let magic = u64::from_be_bytes(b[0..8].try_into().expect("8 bytes"));
+        if magic != IHAVEOPT {
+            return Err(WireError::Invalid {
+                what: "NBD option header",
+                field: "magic",
+                value: magic,
+                rule: "must be IHAVEOPT",
+            });
+        }
+        Ok(OptionHeader {
+            option: be32(b, 8),
+            length: be32(b, 12),
+        })
+    }
+}
+
+/// An option reply: header and data.
+pub fn option_reply(option: u32, kind: u32, data: &[u8]) -> Vec<u8> {
+    let mut o = Vec::with_capacity(20 + data.len());
+    o.extend_from_slice(&REP_MAGIC.to_be_bytes());
+    o.extend_from_slice(&option.to_be_bytes());
+    o.extend_from_slice(&kind.to_be_bytes());
+    o.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    o.extend_from_slice(data);
+    o
+}
+
+/// NBD_INFO_EXPORT payload: size and transmission flags.
+pub fn info_export(size: u64, flags: u16) -> [u8; 12] {
+    let mut o = [0u8; 12];
+    o[0..2].copy_from_slice(&info::EXPORT.to_be_bytes());
+    o[2..10].copy_from_slice(&size.to_be_bytes());
+    o[10..12].copy_from_slice(&flags.to_be_bytes());
+    o
+}
+
+/// NBD_INFO_BLOCK_SIZE payload.
+pub fn info_block_size(min: u32, preferred: u32, max: u32) -> [u8; 14] {
+    let mut o = [0u8; 14];
+    o[0..2].copy_from_slice(&info::BLOCK_SIZE.to_be_bytes());
+    o[2..6].copy_from_slice(&min.to_be_bytes());
+    o[6..10].copy_from_slice(&preferred.to_be_bytes());
+    o[10..14].copy_from_slice(&max.to_be_bytes());
+    o
+}
+
+/// The data of NBD_OPT_INFO / NBD_OPT_GO: an export name and the info types asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InfoRequest {
+    /// Export name (may be empty: the default export).
+    pub name: String,
+    /// NBD_INFO_* types requested.
+    pub requests: Vec<u16>,
+}
+
+impl InfoRequest {
+    /// Decodes INFO/GO option data, checking every length against the data.
+    pub fn parse(b: &[u8]) -> Result<Self, WireError> {
+        need("NBD_OPT_GO data", b, 4)?;
+        let nlen = be32(b, 0) as usize;
+        let name_end =
+            4usize
+                .checked_add(nlen)
+                .filter(|&e| e <= b.len())
+                .ok_or(WireError::Truncated {
+                    what: "NBD_OPT_GO export name",
+                    need: 4usize.saturating_add(nlen),
+                    got: b.len(),
+                })?;
+        need("NBD_OPT_GO info count", b, name_end + 2)?;
+        let n = usize::from(be16(b, name_end));
+        let list = &b[name_end + 2..];
+        if list.len() != n * 2 {
+            return Err(WireError::Invalid {
+                what: "NBD_OPT_GO",
+                field: "information request count",
+                value: n as u64,
+                rule: "must match the option length",
+            });
+        }
+        Ok(InfoRequest {
+            name: String::from_utf8_lossy(&b[4..name_end]).into_owned(),
+            requests: list
+                .chunks_exact(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]))
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trip_and_bad_magic() {
+        let r = Request {
+            flags: cmdflag::FUA,
+            kind: cmd::WRITE,
+            cookie: 7,
+            offset: 4096,
+            length: 512,
+        };
+        let b = r.encode();
+        assert_eq!(&b[0..4], &[0x25, 0x60, 0x95, 0x13]);
+        assert_eq!(Request::parse(&b).unwrap(), r);
+        let mut bad = b;
+        bad[0] = 0;
+        assert!(Request::parse(&bad).is_err());
+        assert!(Request::parse(&b[..27]).is_err());
+    }
+
+    #[test]
+    fn greeting_and_replies() {
+        let g = server_greeting();
+        assert_eq!(&g[0..8], b"NBDMAGIC");
+        assert_eq!(&g[8..16], b"IHAVEOPT");
+        assert_eq!(&g[16..18], &[0, 3]);
+        let r = simple_reply(err::EIO, 0x1122);
+        assert_eq!(&r[0..4], &[0x67, 0x44, 0x66, 0x98]);
+        assert_eq!(&r[4..8], &[0, 0, 0, 5]);
+        let o = option_reply(opt::GO, rep::ACK, &[]);
+        assert_eq!(o.len(), 20);
+        assert_eq!(&o[0..8], &REP_MAGIC.to_be_bytes());
+        assert_eq!(info_export(1 << 20, 1).len(), 12);
+    }
+
+    #[test]
+    fn go_data() {
+        let mut d = vec![0, 0, 0, 3];
+        d.extend_from_slice(b"lun");
+        d.extend_from_slice(&[0, 1, 0, 3]);
+        let g = InfoRequest::parse(&d).unwrap();
+        assert_eq!(
+            g,
+            InfoRequest {
+                name: "lun".into(),
+                requests: vec![3]
+            }
+        );
+        assert!(InfoRequest::parse(&d[..8]).is_err());
+        let mut bad = d.clone();
+        bad[3] = 200; // name length past the end
+        assert!(InfoRequest::parse(&bad).is_err());
+        assert!(InfoRequest::parse(&[0xff, 0xff, 0xff, 0xff]).is_err());
+        let h = OptionHeader::parse(&[
+            b'I', b'H', b'A', b'V', b'E', b'O', b'P', b'T', 0, 0, 0, 7, 0, 0, 0, 9,
+        ])
+        .unwrap();
+        assert_eq!(
+            h,
+            OptionHeader {
+                option: opt::GO,
+                length: 9
+            }
+        );
+    }
+}
