@@ -73,6 +73,15 @@ fuzz-smoke: fuzz-setup
 fuzz-setup: deps
     @command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 
+# benchmarks: `just bench nbd` (NBD front end vs nbdkit and qemu-nbd, on the host)
+bench WHAT="nbd": build
+    #!/usr/bin/env bash
+    set -euo pipefail
+    case "{{WHAT}}" in
+        nbd) bash benches/nbd.sh;;
+        *) echo "just bench: unknown benchmark '{{WHAT}}' (have: nbd; the lab comparison with ib_srp is issue 6)" >&2; exit 2;;
+    esac
+
 # criterion benchmarks of the wire codecs
 bench-wire: deps
     cargo bench --bench wire

@@ -9,14 +9,15 @@ pub fn parse_spec(s: &str) -> Result<(DemoKind, u64), String> {
     let (kind, size) = s
         .split_once(':')
         .ok_or_else(|| format!("'{s}': expected null:SIZE or mem:SIZE"))?;
-    let kind =
-        match kind {
-            "null" => DemoKind::Null,
-            "mem" => DemoKind::Mem,
-            k => return Err(format!(
+    let kind = match kind {
+        "null" => DemoKind::Null,
+        "mem" => DemoKind::Mem,
+        k => {
+            return Err(format!(
                 "'{k}': unknown backend; use null:SIZE or mem:SIZE (SRP targets go in --target)"
-            )),
-        };
+            ))
+        }
+    };
     let size =
         parse_size(size).ok_or_else(|| format!("'{size}': expected a size such as 256M or 1G"))?;
     if size == 0 || size % 512 != 0 {

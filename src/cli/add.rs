@@ -6,7 +6,10 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
-use srp_ublk::frontend::ublk::{self as front, LiveInfo, PollMode, QueueStatus, UblkOptions};
+use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
+use srp_ublk::frontend::ublk::{
+    self as front, LiveInfo, PollMode, QueueStatus, UblkOptions, UblkSource,
+};
 use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
 use srp_ublk::session::{Session, SessionOptions};
 use srp_ublk::wire::target::TargetSpec;
@@ -25,8 +28,17 @@ const LOG_ENV: &str = "SRP_UBLK_LOG_FILE";
 pub struct AddArgs {
     /// The target: an ib_srp add_target string (or srp_daemon -o line), e.g.
     /// "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555".
-    #[arg(long, short = 't')]
-    pub target: String,
+    #[arg(
+        long,
+        short = 't',
+        required_unless_present = "backend",
+        conflicts_with = "backend"
+    )]
+    pub target: Option<String>,
+    /// A demo/benchmark backend instead of SRP (not storage): null:SIZE (zeros, writes discarded)
+    /// or mem:SIZE (RAM), to measure the ublk front end alone.
+    #[arg(long)]
+    pub backend: Option<String>,
     /// The LUN to serve.
     #[arg(long, default_value_t = 0)]
     pub lun: u64,
@@ -62,9 +74,24 @@ pub struct AddArgs {
 
 /// Runs `add`.
 pub fn run(a: AddArgs) -> anyhow::Result<()> {
-    let target = TargetSpec::parse(&a.target)?;
+    let target = match (&a.target, &a.backend) {
+        (Some(t), _) => Some(TargetSpec::parse(t)?),
+        (None, Some(b)) => {
+            parse_spec(b).map_err(anyhow::Error::msg)?;
+            None
+        }
+        (None, None) => {
+            bail!("give --target STRING (an SRP target) or --backend null:SIZE|mem:SIZE")
+        }
+    };
     if a.dry_run {
-        print!("{}", super::target::describe(&target));
+        match &target {
+            Some(t) => print!("{}", super::target::describe(t)),
+            None => println!(
+                "demo backend {} (not storage)",
+                a.backend.as_deref().unwrap_or_default()
+            ),
+        }
         return Ok(());
     }
     check_ublk()?;
@@ -157,8 +184,8 @@ fn spawn_daemon(a: &AddArgs) -> anyhow::Result<()> {
 
 /// The daemon: log in, create the device, serve until stopped. With `notify`, report READY/ERROR on
 /// stdout for the parent `add`, then detach stdout.
-fn daemon(a: AddArgs, target: TargetSpec, notify: bool) -> anyhow::Result<()> {
-    let r = serve(&a, &target, notify);
+fn daemon(a: AddArgs, target: Option<TargetSpec>, notify: bool) -> anyhow::Result<()> {
+    let r = serve(&a, target.as_ref(), notify);
     if let Err(e) = &r {
         if notify {
             println!("ERROR {e:#}");
@@ -168,7 +195,7 @@ fn daemon(a: AddArgs, target: TargetSpec, notify: bool) -> anyhow::Result<()> {
     r
 }
 
-fn serve(a: &AddArgs, target: &TargetSpec, notify: bool) -> anyhow::Result<()> {
+fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Result<()> {
     // SIGTERM/SIGINT stop the device (handled by a thread once it is live); SIGHUP is ignored
     let mut sigs = nix::sys::signal::SigSet::empty();
     for s in [
@@ -179,57 +206,15 @@ fn serve(a: &AddArgs, target: &TargetSpec, notify: bool) -> anyhow::Result<()> {
         sigs.add(s);
     }
     sigs.thread_block().context("blocking signals")?;
-
-    let opts = SessionOptions {
-        channels: a.queues,
-        depth: a.depth,
-        lun: a.lun,
-        timeout: Duration::from_secs(a.timeout),
+    let (source, mut state) = match target {
+        Some(t) => srp_source(a, t)?,
+        None => demo_source(a)?,
     };
-    let session = Session::open(target, &opts)?;
-    tracing::info!(
-        "LUN {}: {} {} {} bytes, block {} bytes, {} queues x depth {}, wce {} fua {} ro {}",
-        session.lun.lun,
-        session.lun.inquiry.vendor,
-        session.lun.inquiry.product,
-        session.lun.size(),
-        session.lun.capacity.block_len,
-        session.channels.len(),
-        session.depth,
-        session.lun.write_cache,
-        session.lun.fua,
-        session.lun.read_only
-    );
-    let mut state = DeviceState {
-        pid: std::process::id(),
-        target: target.to_string(),
-        lun: session.lun.lun,
-        size: session.lun.size(),
-        block_size: session.lun.capacity.block_len,
-        depth: session.depth,
-        poll: format!("{:?}", a.poll).to_lowercase(),
-        vendor: session.lun.inquiry.vendor.clone(),
-        product: session.lun.inquiry.product.clone(),
-        serial: session.lun.serial.clone(),
-        wwid: session.lun.wwid.clone(),
-        rdma_device: session.rdma_device.clone(),
-        log: std::env::var(LOG_ENV).unwrap_or_default(),
-        queues: session
-            .channels
-            .iter()
-            .enumerate()
-            .map(|(i, c)| QueueState {
-                qid: i as u16,
-                req_lim_login: c.config().req_lim,
-                req_lim: c.req_lim(),
-                state: "running".into(),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    };
+    state.pid = std::process::id();
+    state.poll = format!("{:?}", a.poll).to_lowercase();
+    state.log = std::env::var(LOG_ENV).unwrap_or_default();
     let status: Arc<Vec<QueueStatus>> = Arc::new(
-        (0..session.channels.len())
+        (0..state.queues.len())
             .map(|_| QueueStatus::default())
             .collect(),
     );
@@ -281,7 +266,7 @@ fn serve(a: &AddArgs, target: &TargetSpec, notify: bool) -> anyhow::Result<()> {
             let _ = state.write();
         });
     };
-    let r = front::serve(session, uopts, status, on_live);
+    let r = front::serve(source, uopts, status, on_live);
     for d in DeviceState::all() {
         if d.pid == std::process::id() {
             DeviceState::remove(d.dev_id);
@@ -289,6 +274,89 @@ fn serve(a: &AddArgs, target: &TargetSpec, notify: bool) -> anyhow::Result<()> {
     }
     r?;
     Ok(())
+}
+
+fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, DeviceState)> {
+    let opts = SessionOptions {
+        channels: a.queues,
+        depth: a.depth,
+        lun: a.lun,
+        timeout: Duration::from_secs(a.timeout),
+    };
+    let session = Session::open(target, &opts)?;
+    tracing::info!(
+        "LUN {}: {} {} {} bytes, block {} bytes, {} queues x depth {}, wce {} fua {} ro {}",
+        session.lun.lun,
+        session.lun.inquiry.vendor,
+        session.lun.inquiry.product,
+        session.lun.size(),
+        session.lun.capacity.block_len,
+        session.channels.len(),
+        session.depth,
+        session.lun.write_cache,
+        session.lun.fua,
+        session.lun.read_only
+    );
+    let state = DeviceState {
+        target: target.to_string(),
+        lun: session.lun.lun,
+        size: session.lun.size(),
+        block_size: session.lun.capacity.block_len,
+        depth: session.depth,
+        vendor: session.lun.inquiry.vendor.clone(),
+        product: session.lun.inquiry.product.clone(),
+        serial: session.lun.serial.clone(),
+        wwid: session.lun.wwid.clone(),
+        rdma_device: session.rdma_device.clone(),
+        queues: session
+            .channels
+            .iter()
+            .enumerate()
+            .map(|(i, c)| QueueState {
+                qid: i as u16,
+                req_lim_login: c.config().req_lim,
+                req_lim: c.req_lim(),
+                state: "running".into(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    Ok((UblkSource::Srp(Box::new(session)), state))
+}
+
+fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {
+    let spec = a.backend.clone().unwrap_or_default();
+    let (kind, size) = parse_spec(&spec).map_err(anyhow::Error::msg)?;
+    tracing::warn!("serving the {spec} demo backend: this is not storage");
+    let queues = a.queues.unwrap_or(1).max(1);
+    let depth = a.depth.clamp(1, 4096);
+    let disk = (kind == DemoKind::Mem).then(|| Arc::new(MemDisk::new(size)));
+    let state = DeviceState {
+        target: format!("backend {spec} (demo, not storage)"),
+        size,
+        block_size: 512,
+        depth,
+        vendor: "srp-ublk".into(),
+        product: format!("demo {spec}"),
+        queues: (0..queues)
+            .map(|q| QueueState {
+                qid: q,
+                state: "demo".into(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    Ok((
+        UblkSource::Demo {
+            size,
+            disk,
+            queues,
+            depth,
+        },
+        state,
+    ))
 }
 
 fn refresh(state: &mut DeviceState, status: &[QueueStatus]) {

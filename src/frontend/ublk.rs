@@ -7,6 +7,7 @@
 //! in flight the loop busy-polls the CQ (the `adaptive` mode: for a bounded number of empty polls);
 //! when idle it arms the CQ and sleeps in io_uring on a PollAdd of the completion channel fd.
 
+use crate::backend::MemDisk;
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
 use crate::channel::{Channel, DataBuf, Done, Transport};
 use crate::rdma::Endpoint;
@@ -161,14 +162,63 @@ fn ublk_params(lun: &LunInfo, max_io: u32) -> sys::ublk_params {
     p
 }
 
-/// Creates `/dev/ublkbN` over the session's channels and serves it until the device is stopped
-/// (`srp-ublk del`, or the signal handler calling `kill_dev`). `on_live` runs once the device is live.
+/// What a ublk device is served from.
+pub enum UblkSource {
+    /// An SRP session: one channel per queue.
+    Srp(Box<Session>),
+    /// A demo/benchmark backend (not storage): RAM (`Some`) or zeros with writes discarded (`None`).
+    Demo {
+        /// Size in bytes.
+        size: u64,
+        /// The RAM disk, for `mem:`.
+        disk: Option<Arc<MemDisk>>,
+        /// Queues.
+        queues: u16,
+        /// Depth.
+        depth: u16,
+    },
+}
+
+fn demo_params(size: u64, max_io: u32) -> sys::ublk_params {
+    sys::ublk_params {
+        types: sys::UBLK_PARAM_TYPE_BASIC | sys::UBLK_PARAM_TYPE_DISCARD,
+        basic: sys::ublk_param_basic {
+            logical_bs_shift: 9,
+            physical_bs_shift: 12,
+            io_opt_shift: 12,
+            io_min_shift: 12,
+            max_sectors: max_io >> 9,
+            dev_sectors: size >> 9,
+            ..Default::default()
+        },
+        discard: sys::ublk_param_discard {
+            discard_granularity: 4096,
+            max_discard_sectors: u32::MAX >> 9,
+            max_write_zeroes_sectors: u32::MAX >> 9,
+            max_discard_segments: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Creates `/dev/ublkbN` over the source (one SRP channel per queue) and serves it until the device is
+/// stopped (`srp-ublk del`, or the signal handler calling `kill_dev`). `on_live` runs once it is live.
 pub fn serve(
-    session: Session,
+    source: UblkSource,
     opts: UblkOptions,
     status: Arc<Vec<QueueStatus>>,
     on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
 ) -> Result<(), UblkFrontError> {
+    let session = match source {
+        UblkSource::Srp(s) => *s,
+        UblkSource::Demo {
+            size,
+            disk,
+            queues,
+            depth,
+        } => return serve_demo(size, disk, queues, depth, opts, status, on_live),
+    };
     let nr_queues = session.channels.len() as u16;
     let depth = session.depth;
     let max_io = session.lun.max_io_bytes(session.target.opts.max_sect);
@@ -236,6 +286,116 @@ pub fn serve(
         what: "running the ublk device",
         source,
     })
+}
+
+fn serve_demo(
+    size: u64,
+    disk: Option<Arc<MemDisk>>,
+    queues: u16,
+    depth: u16,
+    opts: UblkOptions,
+    status: Arc<Vec<QueueStatus>>,
+    on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
+) -> Result<(), UblkFrontError> {
+    const MAX_IO: u32 = 512 * 1024;
+    let ctrl = UblkCtrlBuilder::default()
+        .name("srp-ublk-demo")
+        .id(opts.dev_id)
+        .nr_queues(queues)
+        .depth(depth)
+        .io_buf_bytes(MAX_IO)
+        .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+        .build()
+        .map_err(|source| UblkFrontError::Ublk {
+            what: "creating the ublk device (is ublk_drv loaded?)",
+            source,
+        })?;
+    let tgt_init = move |dev: &mut UblkDev| {
+        dev.set_default_params(size);
+        dev.tgt.params = demo_params(size, MAX_IO);
+        Ok(())
+    };
+    let q_fn = move |qid: u16, dev: &UblkDev| {
+        if let Some(st) = status.get(usize::from(qid)) {
+            st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
+        }
+        if let Err(e) = run_demo_queue(qid, dev, disk.as_deref(), size) {
+            tracing::error!("queue {qid}: {e}");
+        }
+    };
+    let res = ctrl.run_target(tgt_init, q_fn, move |c| {
+        on_live(LiveInfo {
+            dev_id: c.dev_info().dev_id,
+            bdev: c.get_bdev_path(),
+        });
+    });
+    let _ = ctrl.del_dev();
+    res.map(|_| ()).map_err(|source| UblkFrontError::Ublk {
+        what: "running the ublk device",
+        source,
+    })
+}
+
+/// A demo queue: every command completes at once, from RAM or zeros.
+fn run_demo_queue(
+    qid: u16,
+    dev: &UblkDev,
+    disk: Option<&MemDisk>,
+    size: u64,
+) -> Result<(), String> {
+    let q = UblkQueue::new(qid, dev).map_err(|e| format!("creating the queue: {e}"))?;
+    let mut bufs = dev.alloc_queue_io_bufs();
+    let q = q
+        .submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs)))
+        .map_err(|e| format!("submitting FETCH commands: {e}"))?;
+    loop {
+        let r = q.flush_and_wake_io_tasks(
+            |data, cqe, _last| {
+                if data & UblkUringData::Target as u64 != 0
+                    || cqe.result() != sys::UBLK_IO_RES_OK as i32
+                {
+                    return;
+                }
+                let tag = UblkIOCtx::user_data_to_tag(data) as u16;
+                let iod = q.get_iod(tag);
+                let (off, len) = (iod.start_sector << 9, (iod.nr_sectors << 9) as usize);
+                let buf = bufs[usize::from(tag)].as_mut_slice();
+                let res = if off + len as u64 > size || len > buf.len() {
+                    -libc::EIO
+                } else {
+                    match iod.op_flags & 0xff {
+                        sys::UBLK_IO_OP_READ => {
+                            match disk {
+                                Some(d) => d.read(off, &mut buf[..len]),
+                                None => buf[..len].fill(0),
+                            }
+                            len as i32
+                        }
+                        sys::UBLK_IO_OP_WRITE => {
+                            if let Some(d) = disk {
+                                d.write(off, &buf[..len]);
+                            }
+                            len as i32
+                        }
+                        sys::UBLK_IO_OP_FLUSH => 0,
+                        sys::UBLK_IO_OP_DISCARD | sys::UBLK_IO_OP_WRITE_ZEROES => {
+                            if let Some(d) = disk {
+                                d.zero(off, len);
+                            }
+                            0
+                        }
+                        _ => -libc::EOPNOTSUPP,
+                    }
+                };
+                let _ =
+                    q.complete_io_cmd_unified(tag, BufDesc::Slice(buf), Ok(UblkIORes::Result(res)));
+            },
+            1,
+        );
+        if r.is_err() {
+            return Ok(());
+        }
+    }
 }
 
 fn pin(tid: i32, cpu: usize, qid: usize) {
