@@ -11,7 +11,7 @@ use srp_ublk::frontend::ublk::{
     self as front, LiveInfo, PollMode, QueueStatus, UblkOptions, UblkSource,
 };
 use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
-use srp_ublk::session::{Session, SessionOptions};
+use srp_ublk::session::Session;
 use srp_ublk::wire::target::TargetSpec;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -39,15 +39,9 @@ pub struct AddArgs {
     /// or mem:SIZE (RAM), to measure the ublk front end alone.
     #[arg(long)]
     pub backend: Option<String>,
-    /// The LUN to serve.
-    #[arg(long, default_value_t = 0)]
-    pub lun: u64,
-    /// Queues (= SRP channels); default: online CPUs capped by the target string's ch_count.
-    #[arg(long, short = 'q')]
-    pub queues: Option<u16>,
-    /// Queue depth per queue (capped by the credits the target grants, minus one).
-    #[arg(long, short = 'd', default_value_t = 64)]
-    pub depth: u16,
+    /// Session options.
+    #[command(flatten)]
+    pub session: super::SessionArgs,
     /// CPUs to pin queue threads to, e.g. "0,1" (queue q gets the q-th, cycling);
     /// default: the kernel's affinity for each ublk queue.
     #[arg(long, value_delimiter = ',')]
@@ -67,9 +61,6 @@ pub struct AddArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Limit for each login step, in seconds.
-    #[arg(long, default_value_t = 15)]
-    pub timeout: u64,
 }
 
 /// Runs `add`.
@@ -145,7 +136,7 @@ fn spawn_daemon(a: &AddArgs) -> anyhow::Result<()> {
             }
         }
     });
-    let limit = Duration::from_secs(a.timeout * 4 + 60);
+    let limit = Duration::from_secs(a.session.timeout * 4 + 60);
     loop {
         match rx.recv_timeout(limit) {
             Ok(line) => {
@@ -277,13 +268,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
 }
 
 fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, DeviceState)> {
-    let opts = SessionOptions {
-        channels: a.queues,
-        depth: a.depth,
-        lun: a.lun,
-        timeout: Duration::from_secs(a.timeout),
-    };
-    let session = Session::open(target, &opts)?;
+    let session = Session::open(target, &a.session.options())?;
     tracing::info!(
         "LUN {}: {} {} {} bytes, block {} bytes, {} queues x depth {}, wce {} fua {} ro {}",
         session.lun.lun,
@@ -329,8 +314,8 @@ fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {
     let spec = a.backend.clone().unwrap_or_default();
     let (kind, size) = parse_spec(&spec).map_err(anyhow::Error::msg)?;
     tracing::warn!("serving the {spec} demo backend: this is not storage");
-    let queues = a.queues.unwrap_or(1).max(1);
-    let depth = a.depth.clamp(1, 4096);
+    let queues = a.session.queues.unwrap_or(1).max(1);
+    let depth = a.session.depth.clamp(1, 4096);
     let disk = (kind == DemoKind::Mem).then(|| Arc::new(MemDisk::new(size)));
     let state = DeviceState {
         target: format!("backend {spec} (demo, not storage)"),

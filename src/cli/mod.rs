@@ -7,7 +7,39 @@ pub mod list;
 pub mod serve;
 pub mod target;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use srp_ublk::session::SessionOptions;
+use std::time::Duration;
+
+/// How the SRP session is set up: shared by the front ends (`add` for ublk, `serve` for NBD).
+#[derive(Debug, Args, Clone)]
+pub struct SessionArgs {
+    /// The LUN to serve.
+    #[arg(long, default_value_t = 0)]
+    pub lun: u64,
+    /// SRP channels: ublk queues for `add`, concurrent connections for `serve`
+    /// (default: online CPUs, capped by the target string's ch_count).
+    #[arg(long, short = 'q')]
+    pub queues: Option<u16>,
+    /// Commands in flight per channel (capped by the credits the target grants, minus one).
+    #[arg(long, short = 'd', default_value_t = 64)]
+    pub depth: u16,
+    /// Limit for each login step, in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub timeout: u64,
+}
+
+impl SessionArgs {
+    /// As session options.
+    pub fn options(&self) -> SessionOptions {
+        SessionOptions {
+            channels: self.queues,
+            depth: self.depth,
+            lun: self.lun,
+            timeout: Duration::from_secs(self.timeout),
+        }
+    }
+}
 
 /// srp-ublk: SRP LUNs over RDMA as /dev/ublkbN block devices and NBD exports.
 #[derive(Debug, Parser)]

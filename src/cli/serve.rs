@@ -5,11 +5,10 @@ use anyhow::{bail, Context};
 use clap::Args;
 use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
 use srp_ublk::frontend::nbd::{self, Export, Listen, Source};
-use srp_ublk::session::{Session, SessionOptions};
+use srp_ublk::session::Session;
 use srp_ublk::wire::target::TargetSpec;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// `srp-ublk serve ...`
 #[derive(Debug, Args)]
@@ -29,21 +28,12 @@ pub struct ServeArgs {
     /// A demo/benchmark backend instead of SRP: null:SIZE (zeros, writes discarded) or mem:SIZE (RAM).
     #[arg(long)]
     pub backend: Option<String>,
+    /// Session options.
+    #[command(flatten)]
+    pub session: super::SessionArgs,
     /// The export name.
     #[arg(long, default_value = "srp")]
     pub name: String,
-    /// SRP channels = concurrent connections served (default: online CPUs, capped by ch_count).
-    #[arg(long, short = 'q')]
-    pub queues: Option<u16>,
-    /// Commands in flight per connection (capped by the credits the target grants, minus one).
-    #[arg(long, short = 'd', default_value_t = 64)]
-    pub depth: u16,
-    /// The LUN.
-    #[arg(long, default_value_t = 0)]
-    pub lun: u64,
-    /// Limit for each login step, in seconds.
-    #[arg(long, default_value_t = 15)]
-    pub timeout: u64,
 }
 
 /// Runs `serve`.
@@ -55,13 +45,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let export = match (&a.target, &a.backend) {
         (Some(t), None) => {
             let target = TargetSpec::parse(t)?;
-            let opts = SessionOptions {
-                channels: a.queues,
-                depth: a.depth,
-                lun: a.lun,
-                timeout: Duration::from_secs(a.timeout),
-            };
-            let s = Session::open(&target, &opts)?;
+            let s = Session::open(&target, &a.session.options())?;
             let geo = s.lun.geometry();
             let max_io = s.lun.max_io_bytes(target.opts.max_sect);
             tracing::info!(

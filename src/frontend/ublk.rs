@@ -12,7 +12,7 @@ use crate::channel::block::{to_scsi, BlockOp, Geometry};
 use crate::channel::{Channel, DataBuf, Done, Transport};
 use crate::rdma::Endpoint;
 use crate::session::{LunInfo, Session};
-use libublk::ctrl::UblkCtrlBuilder;
+use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{sys, BufDesc, BufDescList, UblkFlags, UblkIORes, UblkUringData};
@@ -227,18 +227,7 @@ pub fn serve(
     let size = session.lun.size();
     let channels: Arc<Mutex<Vec<Option<Channel<Endpoint>>>>> =
         Arc::new(Mutex::new(session.channels.into_iter().map(Some).collect()));
-    let ctrl = UblkCtrlBuilder::default()
-        .name("srp-ublk")
-        .id(opts.dev_id)
-        .nr_queues(nr_queues)
-        .depth(depth)
-        .io_buf_bytes(max_io)
-        .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
-        .build()
-        .map_err(|source| UblkFrontError::Ublk {
-            what: "creating the ublk device (is ublk_drv loaded?)",
-            source,
-        })?;
+    let ctrl = build_ctrl("srp-ublk", opts.dev_id, nr_queues, depth, max_io)?;
     let tgt_init = move |dev: &mut UblkDev| {
         dev.set_default_params(size);
         dev.tgt.params = params;
@@ -288,6 +277,27 @@ pub fn serve(
     })
 }
 
+fn build_ctrl(
+    name: &str,
+    id: i32,
+    queues: u16,
+    depth: u16,
+    max_io: u32,
+) -> Result<UblkCtrl, UblkFrontError> {
+    UblkCtrlBuilder::default()
+        .name(name)
+        .id(id)
+        .nr_queues(queues)
+        .depth(depth)
+        .io_buf_bytes(max_io)
+        .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+        .build()
+        .map_err(|source| UblkFrontError::Ublk {
+            what: "creating the ublk device (is ublk_drv loaded?)",
+            source,
+        })
+}
+
 fn serve_demo(
     size: u64,
     disk: Option<Arc<MemDisk>>,
@@ -298,18 +308,7 @@ fn serve_demo(
     on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
 ) -> Result<(), UblkFrontError> {
     const MAX_IO: u32 = 512 * 1024;
-    let ctrl = UblkCtrlBuilder::default()
-        .name("srp-ublk-demo")
-        .id(opts.dev_id)
-        .nr_queues(queues)
-        .depth(depth)
-        .io_buf_bytes(MAX_IO)
-        .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
-        .build()
-        .map_err(|source| UblkFrontError::Ublk {
-            what: "creating the ublk device (is ublk_drv loaded?)",
-            source,
-        })?;
+    let ctrl = build_ctrl("srp-ublk-demo", opts.dev_id, queues, depth, MAX_IO)?;
     let tgt_init = move |dev: &mut UblkDev| {
         dev.set_default_params(size);
         dev.tgt.params = demo_params(size, MAX_IO);

@@ -347,64 +347,25 @@ pub fn interrogate(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunInfo, Sess
     .ok()
     .and_then(|b| vpd::supported_pages(&b).ok().map(<[u8]>::to_vec))
     .unwrap_or_default();
-    let has = |p: u8| supported.contains(&p);
-    let serial = if has(vpd::page::SERIAL) {
-        data_in(
-            ch,
-            "INQUIRY VPD 0x80",
-            lun,
-            Cdb::inquiry(Some(vpd::page::SERIAL), 255),
-            255,
-        )
-        .ok()
-        .and_then(|b| vpd::serial_number(&b).ok())
-    } else {
-        None
+    let mut vpd_page = |page: u8, what: &'static str, alloc: u32| {
+        if supported.contains(&page) {
+            data_in(ch, what, lun, Cdb::inquiry(Some(page), alloc as u16), alloc).ok()
+        } else {
+            None
+        }
     };
-    let wwid = if has(vpd::page::DEVICE_ID) {
-        data_in(
-            ch,
-            "INQUIRY VPD 0x83",
-            lun,
-            Cdb::inquiry(Some(vpd::page::DEVICE_ID), 1024),
-            1024,
-        )
-        .ok()
-        .and_then(|b| {
-            vpd::preferred_lu_designator(&b)
-                .ok()
-                .flatten()
-                .map(|d| vpd::scsi_id_serial(&d))
-        })
-    } else {
-        None
-    };
-    let limits = if has(vpd::page::BLOCK_LIMITS) {
-        data_in(
-            ch,
-            "INQUIRY VPD 0xB0",
-            lun,
-            Cdb::inquiry(Some(vpd::page::BLOCK_LIMITS), 64),
-            64,
-        )
-        .ok()
-        .and_then(|b| BlockLimits::parse(&b).ok())
-    } else {
-        None
-    };
-    let provisioning = if has(vpd::page::LBP) {
-        data_in(
-            ch,
-            "INQUIRY VPD 0xB2",
-            lun,
-            Cdb::inquiry(Some(vpd::page::LBP), 64),
-            64,
-        )
-        .ok()
-        .and_then(|b| Provisioning::parse(&b).ok())
-    } else {
-        None
-    };
+    let serial = vpd_page(vpd::page::SERIAL, "INQUIRY VPD 0x80", 255)
+        .and_then(|b| vpd::serial_number(&b).ok());
+    let wwid = vpd_page(vpd::page::DEVICE_ID, "INQUIRY VPD 0x83", 1024).and_then(|b| {
+        vpd::preferred_lu_designator(&b)
+            .ok()
+            .flatten()
+            .map(|d| vpd::scsi_id_serial(&d))
+    });
+    let limits = vpd_page(vpd::page::BLOCK_LIMITS, "INQUIRY VPD 0xB0", 64)
+        .and_then(|b| BlockLimits::parse(&b).ok());
+    let provisioning =
+        vpd_page(vpd::page::LBP, "INQUIRY VPD 0xB2", 64).and_then(|b| Provisioning::parse(&b).ok());
     let cap = data_in(ch, "READ CAPACITY(16)", lun, Cdb::read_capacity16(32), 32)?;
     let capacity = Capacity::parse(&cap).map_err(|e| SessionError::Command {
         what: "READ CAPACITY(16)",

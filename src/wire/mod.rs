@@ -114,3 +114,13 @@ pub(crate) fn be64(b: &[u8], off: usize) -> u64 {
     a.copy_from_slice(&b[off..off + 8]);
     u64::from_be_bytes(a)
 }
+
+/// Test helper: bytes from hex text (whitespace ignored).
+#[cfg(test)]
+pub(crate) fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}

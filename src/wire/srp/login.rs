@@ -7,7 +7,7 @@
 use super::layout::{RawLoginRej, RawLoginReq, RawLoginReqRdma, RawLoginRsp};
 use super::{expect_opcode, opcode, size, BufFormats};
 use crate::wire::{need, WireError};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::FromBytes;
 
 /// The multi-channel action of a login (`req_flags` bits 1:0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,9 +86,7 @@ impl LoginReq {
             target_port_id: self.target_port_id,
             ..Default::default()
         };
-        let mut out = [0u8; size::LOGIN_REQ];
-        out.copy_from_slice(raw.as_bytes());
-        out
+        super::to_array::<{ size::LOGIN_REQ }>(&raw)
     }
 
     /// The 56-byte `srp_login_req_rdma`, the RDMA/CM private data (the CM adds its 36-byte header).
@@ -104,9 +102,7 @@ impl LoginReq {
             imm_data_offset: self.imm_data_offset.into(),
             reserved: [0; 6],
         };
-        let mut out = [0u8; size::LOGIN_REQ_RDMA];
-        out.copy_from_slice(raw.as_bytes());
-        out
+        super::to_array::<{ size::LOGIN_REQ_RDMA }>(&raw)
     }
 
     /// Decodes the 64-byte IB CM form.
@@ -209,9 +205,7 @@ impl LoginRsp {
             rsp_flags: self.rsp_flags,
             ..Default::default()
         };
-        let mut out = [0u8; size::LOGIN_RSP];
-        out.copy_from_slice(raw.as_bytes());
-        out
+        super::to_array::<{ size::LOGIN_RSP }>(&raw)
     }
     /// Decodes SRP_LOGIN_RSP; trailing bytes (the rest of the REP private data) are ignored.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
@@ -347,9 +341,7 @@ impl LoginRej {
             buf_fmt: self.buf_fmt.0.into(),
             ..Default::default()
         };
-        let mut out = [0u8; size::LOGIN_REJ];
-        out.copy_from_slice(raw.as_bytes());
-        out
+        super::to_array::<{ size::LOGIN_REJ }>(&raw)
     }
     /// Decodes SRP_LOGIN_REJ; trailing bytes (the rest of the REJ private data) are ignored.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
@@ -403,13 +395,7 @@ fn trunc(what: &'static str, b: &[u8], need: usize) -> WireError {
 mod tests {
     use super::*;
 
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::wire::hex;
 
     fn guid_pair(a: u64, b: u64) -> [u8; 16] {
         let mut o = [0u8; 16];

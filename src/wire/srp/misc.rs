@@ -51,9 +51,7 @@ impl TagOnly {
             tag: self.tag.into(),
             ..Default::default()
         };
-        let mut out = [0u8; size::SMALL];
-        out.copy_from_slice(raw.as_bytes());
-        out
+        super::to_array::<{ size::SMALL }>(&raw)
     }
     /// Decodes one of the three, checking the opcode is `expected`.
     pub fn parse(b: &[u8], expected: u8) -> Result<Self, WireError> {
@@ -136,9 +134,7 @@ impl TskMgmt {
             task_tag: self.task_tag.into(),
             ..Default::default()
         };
-        let mut out = [0u8; size::TSK_MGMT];
-        out.copy_from_slice(raw.as_bytes());
-        out
+        super::to_array::<{ size::TSK_MGMT }>(&raw)
     }
     /// Decodes SRP_TSK_MGMT.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
@@ -218,9 +214,7 @@ impl TLogout {
             tag: self.tag.into(),
             ..Default::default()
         };
-        let mut out = [0u8; size::SMALL];
-        out.copy_from_slice(raw.as_bytes());
-        out
+        super::to_array::<{ size::SMALL }>(&raw)
     }
     /// Decodes SRP_T_LOGOUT.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
@@ -256,9 +250,7 @@ impl CredReq {
             tag: self.tag.into(),
             ..Default::default()
         };
-        let mut out = [0u8; size::SMALL];
-        out.copy_from_slice(raw.as_bytes());
-        out
+        super::to_array::<{ size::SMALL }>(&raw)
     }
     /// Decodes SRP_CRED_REQ.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {

@@ -182,6 +182,15 @@ impl std::fmt::Display for ScsiLun {
     }
 }
 
+/// The bytes of a fixed-size raw IU as an array (the encoders' last step).
+pub(crate) fn to_array<const N: usize>(
+    raw: &(impl zerocopy::IntoBytes + zerocopy::Immutable),
+) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(raw.as_bytes());
+    out
+}
+
 /// The opcode of an IU (its first byte), if there is one.
 pub fn opcode_of(iu: &[u8]) -> Option<u8> {
     iu.first().copied()

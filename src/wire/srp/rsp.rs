@@ -158,13 +158,7 @@ impl<'a> SrpRsp<'a> {
 mod tests {
     use super::*;
 
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::wire::hex;
 
     /// A good response as LIO sends it (36 bytes, one credit back; userspace-login NOTES step 3).
     #[test]
