@@ -355,12 +355,21 @@ enum Exec {
 impl Drop for Exec {
     fn drop(&mut self) {
         if let Exec::Srp { ch, pool, .. } = self {
-            if let Some(c) = ch.take() {
-                // a channel with commands still in flight or down goes back only if usable
+            if let Some(mut c) = ch.take() {
+                // a client that vanished may leave commands in flight: let them finish (bounded) so
+                // the channel can serve the next connection
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while c.busy() > 0 && c.down().is_none() && std::time::Instant::now() < deadline {
+                    if c.process(&mut |_| {}) == 0 {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
                 if c.busy() == 0 && c.down().is_none() {
                     if let Ok(mut p) = pool.lock() {
                         p.push(c);
                     }
+                } else {
+                    tracing::warn!("an NBD connection's SRP channel is dropped (down or stuck): one fewer connection can be served");
                 }
             }
         }
