@@ -10,6 +10,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = OptionHeader::parse(data);
     if let Ok(g) = InfoRequest::parse(data) {
-        assert!(g.name.len() <= data.len());
+        // lossy UTF-8: each input byte yields at most one char (invalid ones become U+FFFD)
+        assert!(g.name.chars().count() <= data.len());
     }
 });
