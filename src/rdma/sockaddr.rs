@@ -55,11 +55,6 @@ pub(super) fn ib_storage(sib: &SockaddrIb) -> libc::sockaddr_storage {
     ss
 }
 
-/// The IB service id an AF_IB connection uses: the SRP service id itself.
-pub fn ib_service_id(service_id: u64) -> u64 {
-    service_id
-}
-
 /// The IB CM service id of an RDMA/CM connection to TCP-port-space port `port`
 /// (`RDMA_PS_TCP << 16 | port`; 0x10615b3 for LIO's usual 5555).
 pub fn rdma_cm_service_id(port: u16) -> u64 {
