@@ -11,9 +11,7 @@ mod endpoint;
 mod sockaddr;
 
 pub use endpoint::{ConnectParams, Endpoint};
-pub use sockaddr::{
-    ib_service_id, ib_sockaddr, rdma_cm_service_id, SockaddrIb, AF_IB, RDMA_PS_IB, RDMA_PS_TCP,
-};
+pub use sockaddr::{ib_sockaddr, rdma_cm_service_id, SockaddrIb, AF_IB, RDMA_PS_IB, RDMA_PS_TCP};
 
 use crate::wire::srp::LoginRejReason;
 use crate::wire::WireError;
