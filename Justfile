@@ -73,13 +73,21 @@ fuzz-smoke: fuzz-setup
 fuzz-setup: deps
     @command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 
-# benchmarks: `just bench nbd` (NBD front end vs nbdkit and qemu-nbd, on the host)
+# benchmarks on the host: `just bench nbd` (NBD front end vs nbdkit and qemu-nbd), `just bench hotpath`
+# (the channel engine's instructions per 4 KiB read under callgrind, and ns per I/O)
 bench WHAT="nbd": build
     #!/usr/bin/env bash
     set -euo pipefail
     case "{{WHAT}}" in
         nbd) bash benches/nbd.sh;;
-        *) echo "just bench: unknown benchmark '{{WHAT}}' (have: nbd; the lab comparison with ib_srp is issue 6)" >&2; exit 2;;
+        hotpath)
+            cargo build --release --locked --example hotpath
+            command -v valgrind >/dev/null || { echo "just bench hotpath: apt-get install valgrind" >&2; exit 2; }
+            ir() { valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/hotpath "$1" 2>&1 | sed -n 's/.*Collected : //p'; }
+            a=$(ir 100000); b=$(ir 200000)
+            echo "instructions per 4 KiB read (initiator side): $(( (b - a) / 100000 ))  [callgrind, (200k - 100k I/Os) / 100k]"
+            target/release/examples/hotpath 2000000;;
+        *) echo "just bench: unknown benchmark '{{WHAT}}' (have: nbd, hotpath; the lab comparison with ib_srp is issue 6)" >&2; exit 2;;
     esac
 
 # criterion benchmarks of the wire codecs
