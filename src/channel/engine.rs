@@ -83,6 +83,8 @@ pub struct ChannelStats {
     pub aer_reqs: u64,
     /// Lowest credit count seen.
     pub min_req_lim: i32,
+    /// CRED/AER responses dropped because the target's requests outran every send slot.
+    pub dropped_small: u64,
 }
 
 /// How a command ended.
@@ -177,6 +179,8 @@ pub struct Channel<T: Transport> {
     tags: Vec<TagEntry>,
     waiting: VecDeque<u16>,
     extra_free: Vec<u16>,
+    /// CRED_RSP / AER_RSP / I_LOGOUT waiting for an extra slot (a burst of target requests).
+    small_pending: VecDeque<[u8; 16]>,
     busy: u16,
     down: Option<DownReason>,
     wcs: Vec<Wc>,
@@ -184,6 +188,8 @@ pub struct Channel<T: Transport> {
 }
 
 const POLL_BATCH: usize = 32;
+/// CRED_RSP / AER_RSP / I_LOGOUT that may wait for an extra send slot.
+const SMALL_PENDING_MAX: usize = 64;
 
 impl<T: Transport> Channel<T> {
     /// A channel over a connected transport whose receives are already posted.
@@ -204,6 +210,7 @@ impl<T: Transport> Channel<T> {
             tags: vec![idle; usize::from(cfg.depth)],
             waiting: VecDeque::with_capacity(usize::from(cfg.depth)),
             extra_free: (cfg.depth..cfg.depth + cfg.extra_slots).rev().collect(),
+            small_pending: VecDeque::with_capacity(SMALL_PENDING_MAX),
             busy: 0,
             down: None,
             wcs: vec![
@@ -335,13 +342,17 @@ impl<T: Transport> Channel<T> {
         Ok(())
     }
 
-    /// Sends a 16-byte credit-free IU (CRED_RSP, AER_RSP, I_LOGOUT) on an extra slot.
+    /// Sends a 16-byte credit-free IU (CRED_RSP, AER_RSP, I_LOGOUT) on an extra slot, or queues it
+    /// until one frees (every CRED_REQ must be answered: an initiator that drops them stalls).
     fn send_small(&mut self, iu: [u8; 16]) {
         let Some(slot) = self.extra_free.pop() else {
-            // more unanswered target requests than extra slots: the target broke its own limits
-            self.set_down(DownReason::Transport(
-                "no free send slot for a CRED/AER response".into(),
-            ));
+            if self.small_pending.len() < SMALL_PENDING_MAX {
+                self.small_pending.push_back(iu);
+            } else {
+                // the target keeps asking faster than any send completes: drop, as ib_srp does
+                self.stats.dropped_small += 1;
+                tracing::warn!("no send slot for a CRED/AER response; dropped");
+            }
             return;
         };
         self.t.send_buf(slot)[..16].copy_from_slice(&iu);
@@ -409,6 +420,9 @@ impl<T: Transport> Channel<T> {
         }
         if wc.id >= self.cfg.depth {
             self.extra_free.push(wc.id);
+            if let Some(iu) = self.small_pending.pop_front() {
+                self.send_small(iu);
+            }
             return;
         }
         let idx = usize::from(wc.id);

@@ -331,3 +331,32 @@ fn execute_runs_one_command_synchronously() {
     );
     assert!(matches!(e, Err(SubmitError::Down(_))));
 }
+
+#[test]
+fn a_burst_of_cred_reqs_is_answered_in_full() {
+    // 4 extra slots, 10 CRED_REQs arriving together: the responses beyond the free slots wait for
+    // send completions instead of taking the channel down
+    let (mut ch, _) = setup(8);
+    for i in 0..10u64 {
+        ch.transport().send_cred_req(1, 0x100 + i);
+    }
+    drain(&mut ch);
+    assert!(ch.down().is_none(), "{:?}", ch.down());
+    let answered: Vec<u64> = ch
+        .transport()
+        .small_ius
+        .iter()
+        .map(|&(op, tag)| {
+            assert_eq!(op, opcode::CRED_RSP);
+            tag
+        })
+        .collect();
+    assert_eq!(
+        answered,
+        (0x100..0x10a).collect::<Vec<_>>(),
+        "every CRED_REQ answered, in order"
+    );
+    assert_eq!(ch.req_lim(), 8 + 10);
+    assert_eq!(ch.stats().cred_reqs, 10);
+    assert_eq!(ch.stats().dropped_small, 0);
+}
