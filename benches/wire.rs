@@ -28,17 +28,7 @@ fn encode_read_cmd(c: &mut Criterion) {
 }
 
 fn decode_rsp(c: &mut Criterion) {
-    let rsp = SrpRsp {
-        sol_not: 0,
-        req_lim_delta: 1,
-        tag: 42,
-        flags: Default::default(),
-        status: 0,
-        data_out_res_cnt: 0,
-        data_in_res_cnt: 0,
-        resp_data: &[],
-        sense: &[],
-    };
+    let rsp = SrpRsp::good(42, 1);
     let mut iu = [0u8; 64];
     let n = rsp.encode(&mut iu).unwrap();
     c.bench_function("srp_rsp_decode_good", |b| {

@@ -10,7 +10,7 @@ use srp_ublk::channel::{
     WcStatus,
 };
 use srp_ublk::wire::scsi::Cdb;
-use srp_ublk::wire::srp::{RspFlags, ScsiLun, SrpRsp};
+use srp_ublk::wire::srp::{ScsiLun, SrpRsp};
 use std::collections::VecDeque;
 
 const DEPTH: u16 = 32;
@@ -26,17 +26,7 @@ struct Instant {
 
 impl Instant {
     fn new() -> Self {
-        let r = SrpRsp {
-            sol_not: 0,
-            req_lim_delta: 1,
-            tag: 0,
-            flags: RspFlags(0),
-            status: 0,
-            data_out_res_cnt: 0,
-            data_in_res_cnt: 0,
-            resp_data: &[],
-            sense: &[],
-        };
+        let r = SrpRsp::good(0, 1);
         let mut rsp = [0u8; 36];
         r.encode(&mut rsp).expect("36 bytes");
         Instant {

@@ -190,8 +190,8 @@ fn connect(p: &Path) -> UnixStream {
     s
 }
 
-/// Fixed-newstyle handshake with GO on export `name`; returns the stream in transmission.
-fn go(p: &Path, name: &str) -> UnixStream {
+/// Reads the greeting, answers fixed newstyle + no zeroes, and sends NBD_OPT_GO for export `name`.
+fn send_go(p: &Path, name: &str) -> UnixStream {
     let mut s = connect(p);
     let mut g = [0u8; 18];
     s.read_exact(&mut g).unwrap();
@@ -205,6 +205,12 @@ fn go(p: &Path, name: &str) -> UnixStream {
     o.extend_from_slice(&(data.len() as u32).to_be_bytes());
     o.extend_from_slice(&data);
     s.write_all(&o).unwrap();
+    s
+}
+
+/// Fixed-newstyle handshake with GO on export `name`; returns the stream in transmission.
+fn go(p: &Path, name: &str) -> UnixStream {
+    let mut s = send_go(p, name);
     loop {
         let mut h = [0u8; 20];
         s.read_exact(&mut h).unwrap();
@@ -365,18 +371,7 @@ fn bad_magic_or_a_vanishing_client_only_ends_that_connection() {
 #[test]
 fn unknown_export_is_refused_in_the_handshake() {
     let srv = server("mem:1M", "disk");
-    let mut s = connect(&srv.sock);
-    let mut g = [0u8; 18];
-    s.read_exact(&mut g).unwrap();
-    s.write_all(&3u32.to_be_bytes()).unwrap();
-    let mut data = 4u32.to_be_bytes().to_vec();
-    data.extend_from_slice(b"nope");
-    data.extend_from_slice(&0u16.to_be_bytes());
-    let mut o = b"IHAVEOPT".to_vec();
-    o.extend_from_slice(&7u32.to_be_bytes());
-    o.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    o.extend_from_slice(&data);
-    s.write_all(&o).unwrap();
+    let mut s = send_go(&srv.sock, "nope");
     let mut h = [0u8; 20];
     s.read_exact(&mut h).unwrap();
     assert_eq!(

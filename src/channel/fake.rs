@@ -284,13 +284,7 @@ impl FakeTarget {
 
 /// Fixed-format sense bytes.
 pub fn sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
-    let mut s = vec![0u8; 18];
-    s[0] = 0x70;
-    s[2] = key;
-    s[7] = 10;
-    s[12] = asc;
-    s[13] = ascq;
-    s
+    crate::wire::scsi::sense::fixed_sense(key, asc, ascq).to_vec()
 }
 
 impl Transport for FakeTarget {

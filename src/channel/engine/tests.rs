@@ -213,17 +213,7 @@ fn late_and_unknown_responses_are_dropped() {
     // a response with a stale generation for tag 0 and one for a tag that does not exist
     let stale = 0u64; // generation 0 never goes out: every send bumps the generation first
     let rsp = |tag| {
-        let r = crate::wire::srp::SrpRsp {
-            sol_not: 0,
-            req_lim_delta: 1,
-            tag,
-            flags: RspFlags(0),
-            status: 0,
-            data_out_res_cnt: 0,
-            data_in_res_cnt: 0,
-            resp_data: &[],
-            sense: &[],
-        };
+        let r = crate::wire::srp::SrpRsp::good(tag, 1);
         let mut b = vec![0u8; 36];
         r.encode(&mut b).unwrap();
         b

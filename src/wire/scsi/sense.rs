@@ -197,6 +197,17 @@ impl Sense {
     }
 }
 
+/// Fixed-format sense data (response code 0x70, 18 bytes) for `key`/`asc`/`ascq` (for test targets).
+pub fn fixed_sense(key: u8, asc: u8, ascq: u8) -> [u8; 18] {
+    let mut s = [0u8; 18];
+    s[0] = 0x70;
+    s[2] = key;
+    s[7] = 10;
+    s[12] = asc;
+    s[13] = ascq;
+    s
+}
+
 impl std::fmt::Display for Sense {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -347,13 +358,7 @@ mod tests {
     use super::*;
 
     fn fixed(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
-        let mut s = vec![0u8; 18];
-        s[0] = 0x70;
-        s[2] = key;
-        s[7] = 10;
-        s[12] = asc;
-        s[13] = ascq;
-        s
+        fixed_sense(key, asc, ascq).to_vec()
     }
 
     #[test]

@@ -56,6 +56,24 @@ pub struct SrpRsp<'a> {
 
 const WHAT: &str = "SRP_RSP";
 
+impl SrpRsp<'static> {
+    /// A GOOD status response with no response or sense data, returning `req_lim_delta` credits
+    /// (what a target sends for a command that succeeded; for test targets and benchmarks).
+    pub fn good(tag: u64, req_lim_delta: i32) -> Self {
+        SrpRsp {
+            sol_not: 0,
+            req_lim_delta,
+            tag,
+            flags: RspFlags(0),
+            status: 0,
+            data_out_res_cnt: 0,
+            data_in_res_cnt: 0,
+            resp_data: &[],
+            sense: &[],
+        }
+    }
+}
+
 impl<'a> SrpRsp<'a> {
     /// Decodes an SRP_RSP, checking that the response and sense lengths fit in the IU. As in ib_srp,
     /// sense data starts after `resp_data_len` bytes of response data.
