@@ -1,0 +1,32 @@
+#!/bin/bash
+# just bench (lab): boot the lab once and run tests/lab/bench/guest.sh, then summarise with report.py:
+# target/bench/lab-<time>.json (+ the raw files under target/bench/lab-<time>/), docs/bench/latest.json
+# and the table in docs/performance.md. Knobs: BENCH_ROUNDS, BENCH_SECS, BENCH_QUEUES, BENCH_DEPTH,
+# BENCH_CASES, BENCH_MODES (see guest.sh); BENCH_NO_DOCS=1 leaves docs/ alone.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+command -v python3 >/dev/null || { echo "bench: python3 is needed for the report (apt-get install python3)" >&2; exit 2; }
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+job=$(mktemp /tmp/srp-ublk-bench.XXXXXX.sh)
+trap 'rm -f "$job"' EXIT
+{
+    echo '#!/bin/sh'
+    for v in BENCH_ROUNDS BENCH_SECS BENCH_QUEUES BENCH_DEPTH BENCH_CASES BENCH_MODES; do
+        [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
+    done
+    cat "$HERE/guest.sh"
+} > "$job"
+t0=$SECONDS
+LAB_TIMEOUT=${LAB_TIMEOUT:-2400} bash "$ROOT/tests/lab/lab.sh" run "$job"
+mkdir -p "$ROOT/target/bench"
+raw=$ROOT/target/bench/lab-$stamp
+cp -r "$ROOT/target/lab/out/bench" "$raw"
+cmd="just bench"
+[ -n "${BENCH_ROUNDS:-}${BENCH_SECS:-}${BENCH_CASES:-}" ] && cmd="BENCH_ROUNDS=${BENCH_ROUNDS:-3} BENCH_SECS=${BENCH_SECS:-5} just bench"
+if [ -n "${BENCH_NO_DOCS:-}" ]; then
+    python3 "$HERE/report.py" "$raw" "$raw.json" "$cmd"
+else
+    python3 "$HERE/report.py" "$raw" "$raw.json" "$cmd" "$ROOT/docs/bench/latest.json" "$ROOT/docs/performance.md"
+fi
+echo "bench: $((SECONDS - t0)) s; summary $raw.json; raw results $raw/"
