@@ -183,6 +183,8 @@ pub struct Channel<T: Transport> {
     small_pending: VecDeque<[u8; 16]>,
     busy: u16,
     down: Option<DownReason>,
+    /// While down, new commands wait (for a reconnect) instead of being refused.
+    hold: bool,
     wcs: Vec<Wc>,
     stats: ChannelStats,
 }
@@ -213,6 +215,7 @@ impl<T: Transport> Channel<T> {
             small_pending: VecDeque::with_capacity(SMALL_PENDING_MAX),
             busy: 0,
             down: None,
+            hold: false,
             wcs: vec![
                 Wc {
                     kind: WcKind::Send,
@@ -265,9 +268,10 @@ impl<T: Transport> Channel<T> {
         &self.cfg
     }
 
-    /// Queues `cmd` under `tag`; it is sent at once if a credit is free.
+    /// Queues `cmd` under `tag`; it is sent at once if a credit is free. While the channel is down
+    /// it is refused, or, with [`Channel::set_hold`], kept for the reconnect.
     pub fn submit(&mut self, tag: u16, cmd: ScsiCmd) -> Result<(), SubmitError> {
-        if let Some(d) = &self.down {
+        if let (Some(d), false) = (&self.down, self.hold) {
             return Err(SubmitError::Down(d.clone()));
         }
         let e = self
@@ -288,7 +292,7 @@ impl<T: Transport> Channel<T> {
     /// Sends `tag` now if a credit allows, else puts it in the waiting FIFO.
     fn start(&mut self, tag: u16) {
         // keep one credit for task management, as ib_srp does
-        if self.req_lim > 1 && self.waiting.is_empty() {
+        if self.req_lim > 1 && self.waiting.is_empty() && self.down.is_none() {
             if let Err(e) = self.send_cmd(tag) {
                 self.set_down(DownReason::Transport(e.to_string()));
                 self.tags[usize::from(tag)].state = TagState::Waiting;
@@ -578,6 +582,64 @@ impl<T: Transport> Channel<T> {
         self.busy -= 1;
         self.stats.completed += 1;
         done(Done { tag, outcome });
+    }
+
+    /// Takes the channel down from outside (the queue saw no completion for too long): the caller
+    /// then treats it as any other failure (stop, hold, reconnect, re-issue).
+    pub fn declare_down(&mut self, reason: DownReason) {
+        self.set_down(reason);
+    }
+
+    /// While down, hold new commands for a reconnect (`true`) or refuse them (`false`, the default;
+    /// also what fast_io_fail switches to).
+    pub fn set_hold(&mut self, hold: bool) {
+        self.hold = hold;
+    }
+
+    /// Puts the channel on a new, logged-in transport after it went down, and returns the old one
+    /// for the caller to drop. Every command that had not completed is kept, in the order it was
+    /// first sent, to be sent again by [`Channel::resume`]: what the old channel did with it is
+    /// unknown, and reads and writes of the same data are safe to repeat. `req_lim` and `max_imm`
+    /// are the new login's; `rekey` gives each kept command's data buffer its registration on the new
+    /// transport (tag, old descriptor) -> new descriptor.
+    ///
+    /// The old transport must be closed (no RDMA into the buffers, no completions) before `resume`.
+    pub fn reconnect(
+        &mut self,
+        t: T,
+        req_lim: i32,
+        max_imm: u32,
+        rekey: &mut dyn FnMut(u16, DataBuf) -> DataBuf,
+    ) -> T {
+        let mut order: Vec<u16> = (0..self.cfg.depth)
+            .filter(|&t| matches!(self.tags[usize::from(t)].state, TagState::InFlight { .. }))
+            .collect();
+        order.extend(self.waiting.drain(..));
+        for &tag in &order {
+            let e = &mut self.tags[usize::from(tag)];
+            e.state = TagState::Waiting;
+            e.rsp = None;
+            e.cmd.data = match e.cmd.data {
+                DataDir::None => DataDir::None,
+                DataDir::In(b) => DataDir::In(rekey(tag, b)),
+                DataDir::Out(b) => DataDir::Out(rekey(tag, b)),
+            };
+        }
+        self.waiting.extend(order);
+        self.extra_free = (self.cfg.depth..self.cfg.depth + self.cfg.extra_slots)
+            .rev()
+            .collect();
+        self.small_pending.clear();
+        self.req_lim = req_lim;
+        self.cfg.req_lim = req_lim;
+        self.cfg.max_imm = max_imm;
+        self.down = None;
+        std::mem::replace(&mut self.t, t)
+    }
+
+    /// Sends what [`Channel::reconnect`] kept, as credits allow.
+    pub fn resume(&mut self) {
+        self.drain_waiting();
     }
 
     /// Fails every command that has not completed (after the channel went down), with `errno`.

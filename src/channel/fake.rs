@@ -86,6 +86,21 @@ impl FakeTarget {
         }
     }
 
+    /// A new login to the same target (a reconnect): the successor takes over the disk and the
+    /// registered buffers, with fresh queues, no faults and nothing in flight; this one keeps nothing
+    /// (what the old channel had in flight is gone with it).
+    pub fn successor(&mut self) -> FakeTarget {
+        let mut t = FakeTarget::new(
+            0,
+            self.block,
+            self.send_slots.len() as u16,
+            self.recv.len() as u16,
+        );
+        t.disk = std::mem::take(&mut self.disk);
+        t.bufs = std::mem::take(&mut self.bufs);
+        t
+    }
+
     /// The bytes of a buffer from [`FakeTarget::alloc`].
     pub fn buf(&mut self, b: DataBuf) -> &mut [u8] {
         &mut self.bufs[b.lkey as usize - 1]

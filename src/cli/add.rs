@@ -8,9 +8,10 @@ use anyhow::{bail, Context};
 use clap::Args;
 use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
 use srp_ublk::frontend::ublk::{
-    self as front, LiveInfo, PollMode, QueueStatus, UblkOptions, UblkSource,
+    self as front, LinkState, LiveInfo, PollMode, QueueStatus, UblkOptions, UblkSource,
 };
 use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
+use srp_ublk::session::timers::{parse_tmo, TimerError, Timers, Tmo};
 use srp_ublk::session::Session;
 use srp_ublk::wire::target::TargetSpec;
 use std::io::{BufRead, BufReader, Write};
@@ -49,6 +50,17 @@ pub struct AddArgs {
     /// How queue threads wait for completions.
     #[arg(long, value_enum, default_value_t = PollMode::Adaptive)]
     pub poll: PollMode,
+    /// Seconds between reconnect attempts after a channel goes down, or "off" (ib_srp's
+    /// reconnect_delay).
+    #[arg(long, default_value = "10", value_parser = tmo("reconnect_delay"), value_name = "SECS|off")]
+    pub reconnect_delay: Tmo,
+    /// Seconds a channel may be down before its I/O fails with EIO instead of waiting, or "off"
+    /// (ib_srp's fast_io_fail_tmo; dm-multipath relies on it).
+    #[arg(long, default_value = "15", value_parser = tmo("fast_io_fail_tmo"), value_name = "SECS|off")]
+    pub fast_io_fail_tmo: Tmo,
+    /// Seconds a channel may be down before the device is removed, or "off" (ib_srp's dev_loss_tmo).
+    #[arg(long, default_value = "600", value_parser = tmo("dev_loss_tmo"), value_name = "SECS|off")]
+    pub dev_loss_tmo: Tmo,
     /// ublk device id to use (default: the driver picks one).
     #[arg(long, short = 'n', default_value_t = -1)]
     pub id: i32,
@@ -61,10 +73,31 @@ pub struct AddArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Take over device -n N, left quiesced by a daemon that died (what `srp-ublk recover` runs).
+    #[arg(long, hide = true)]
+    pub recover: bool,
+}
+
+fn tmo(name: &'static str) -> impl Fn(&str) -> Result<Tmo, TimerError> + Clone {
+    move |s| parse_tmo(name, s)
+}
+
+impl AddArgs {
+    /// The timers, checked with ib_srp's rules.
+    pub fn timers(&self) -> Result<Timers, TimerError> {
+        let t = Timers {
+            reconnect_delay: self.reconnect_delay,
+            fast_io_fail_tmo: self.fast_io_fail_tmo,
+            dev_loss_tmo: self.dev_loss_tmo,
+        };
+        t.validate()?;
+        Ok(t)
+    }
 }
 
 /// Runs `add`.
 pub fn run(a: AddArgs) -> anyhow::Result<()> {
+    a.timers()?;
     let target = match (&a.target, &a.backend) {
         (Some(t), _) => Some(TargetSpec::parse(t)?),
         (None, Some(b)) => {
@@ -86,13 +119,17 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     check_ublk()?;
+    if a.recover && a.id < 0 {
+        bail!("--recover needs the device id: -n N");
+    }
     if std::env::var_os(DAEMON_ENV).is_some() {
         return daemon(a, target, true);
     }
     if a.foreground {
         return daemon(a, target, false);
     }
-    spawn_daemon(&a)
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    spawn_daemon(&argv, a.session.timeout, a.json)
 }
 
 /// The ublk driver must be there before anything else happens.
@@ -106,7 +143,14 @@ pub fn check_ublk() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spawn_daemon(a: &AddArgs) -> anyhow::Result<()> {
+/// Starts `srp-ublk ARGV` (an `add`) as a daemon in its own process group, logging under
+/// /run/srp-ublk/logs, and returns once it reports the device live (printing its path, or the JSON
+/// with `json`) or fails.
+pub fn spawn_daemon(
+    argv: &[std::ffi::OsString],
+    login_timeout: u64,
+    json: bool,
+) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let logs = run_dir().join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
@@ -117,7 +161,7 @@ fn spawn_daemon(a: &AddArgs) -> anyhow::Result<()> {
     let log_file =
         std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
     let mut child = Command::new(std::env::current_exe().context("cannot find my own executable")?)
-        .args(std::env::args_os().skip(1))
+        .args(argv)
         .env(DAEMON_ENV, "1")
         .env(LOG_ENV, &log)
         .stdin(Stdio::null())
@@ -136,15 +180,15 @@ fn spawn_daemon(a: &AddArgs) -> anyhow::Result<()> {
             }
         }
     });
-    let limit = Duration::from_secs(a.session.timeout * 4 + 60);
+    let limit = Duration::from_secs(login_timeout * 4 + 60);
     loop {
         match rx.recv_timeout(limit) {
             Ok(line) => {
-                if let Some(json) = line.strip_prefix("READY ") {
+                if let Some(ready) = line.strip_prefix("READY ") {
                     let info: LiveInfo =
-                        serde_json::from_str(json).context("bad READY line from the daemon")?;
-                    if a.json {
-                        println!("{json}");
+                        serde_json::from_str(ready).context("bad READY line from the daemon")?;
+                    if json {
+                        println!("{ready}");
                     } else {
                         println!("{}", info.bdev);
                     }
@@ -203,6 +247,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     };
     state.pid = std::process::id();
     state.poll = format!("{:?}", a.poll).to_lowercase();
+    state.timers = Some(a.timers()?);
     state.log = std::env::var(LOG_ENV).unwrap_or_default();
     let status: Arc<Vec<QueueStatus>> = Arc::new(
         (0..state.queues.len())
@@ -213,6 +258,8 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
         poll: a.poll,
         cpus: a.cpus.clone(),
         dev_id: a.id,
+        timers: a.timers()?,
+        recover: a.recover,
     };
     let st2 = status.clone();
     let on_live = move |info: LiveInfo| {
@@ -350,11 +397,8 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus]) {
         q.req_lim = s.req_lim.load(Relaxed);
         q.cmds = s.cmds.load(Relaxed);
         q.credit_stalls = s.credit_stalls.load(Relaxed);
-        q.state = if s.down.load(Relaxed) {
-            "down".into()
-        } else {
-            "running".into()
-        };
+        q.state = LinkState::from_u8(s.state.load(Relaxed)).as_str().into();
+        q.reconnects = s.reconnects.load(Relaxed);
     }
 }
 

@@ -2,6 +2,7 @@
 
 use clap::Args;
 use srp_ublk::session::state::DeviceState;
+use srp_ublk::session::timers::show_tmo;
 
 /// `srp-ublk list ...`
 #[derive(Debug, Args)]
@@ -76,9 +77,17 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
         if let Some(w) = &d.wwid {
             println!("    wwid {w}");
         }
+        if let Some(t) = &d.timers {
+            println!(
+                "    timers reconnect_delay {} fast_io_fail_tmo {} dev_loss_tmo {}",
+                show_tmo(t.reconnect_delay),
+                show_tmo(t.fast_io_fail_tmo),
+                show_tmo(t.dev_loss_tmo)
+            );
+        }
         for q in &d.queues {
             println!(
-                "    q{} channel {} via {}: tid {} cpus {} credits {} (login {}) cmds {} credit stalls {}",
+                "    q{} channel {} via {}: tid {} cpus {} credits {} (login {}) cmds {} credit stalls {} reconnects {}",
                 q.qid,
                 q.state,
                 d.rdma_device,
@@ -87,7 +96,8 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
                 q.req_lim,
                 q.req_lim_login,
                 q.cmds,
-                q.credit_stalls
+                q.credit_stalls,
+                q.reconnects
             );
         }
     }

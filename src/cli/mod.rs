@@ -4,6 +4,7 @@ pub mod add;
 pub mod del;
 pub mod features;
 pub mod list;
+pub mod recover;
 pub mod serve;
 pub mod target;
 
@@ -67,6 +68,8 @@ pub enum Command {
     Del(del::DelArgs),
     /// List srp-ublk devices with their targets, channels and credits.
     List(list::ListArgs),
+    /// After a daemon crash: log in again and resume the device (ublk user recovery).
+    Recover(recover::RecoverArgs),
     /// Serve a target's LUN (or a demo backend) as an NBD export, in the foreground.
     Serve(serve::ServeArgs),
     /// Show what this host offers: ublk driver, RDMA devices, ports and GIDs, modules.
@@ -82,6 +85,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Add(a) => add::run(a),
         Command::Del(a) => del::run(a),
         Command::List(a) => list::run(a),
+        Command::Recover(a) => recover::run(a),
         Command::Features => features::run(),
         Command::Serve(a) => serve::run(a),
         Command::Target(t) => target::run(t),

@@ -9,15 +9,17 @@
 
 use crate::backend::MemDisk;
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
-use crate::channel::{Channel, DataBuf, Done, Transport};
+use crate::channel::{Channel, DataBuf, Done, DownReason, Transport};
 use crate::rdma::Endpoint;
-use crate::session::{LunInfo, Session};
+use crate::session::timers::{show_tmo, Timers};
+use crate::session::{Fresh, LunInfo, Relogin, Session};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{sys, BufDesc, BufDescList, UblkFlags, UblkIORes, UblkUringData};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// One queue's live counters, published by its thread only when it is about to sleep or every
 /// 1024 loops (relaxed stores to its own cache line: nothing on the I/O path is shared) and read by
@@ -33,17 +35,54 @@ pub struct QueueStatus {
     pub cmds: AtomicU64,
     /// Credit stalls.
     pub credit_stalls: AtomicU64,
-    /// The channel is down.
-    pub down: AtomicBool,
+    /// The channel's [`LinkState`].
+    pub state: AtomicU8,
+    /// Reconnects that succeeded.
+    pub reconnects: AtomicU64,
+}
+
+/// Where a queue's channel stands (ib_srp's rport states).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LinkState {
+    /// Carrying I/O.
+    Running = 0,
+    /// Down: I/O is held while the queue reconnects.
+    Blocked = 1,
+    /// Down past fast_io_fail_tmo: I/O fails at once while the queue reconnects.
+    FailFast = 2,
+    /// Down past dev_loss_tmo: the device is being removed.
+    Lost = 3,
+}
+
+impl LinkState {
+    /// From [`QueueStatus::state`].
+    pub fn from_u8(v: u8) -> LinkState {
+        match v {
+            0 => LinkState::Running,
+            1 => LinkState::Blocked,
+            2 => LinkState::FailFast,
+            _ => LinkState::Lost,
+        }
+    }
+    /// The name `list` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkState::Running => "running",
+            LinkState::Blocked => "blocked",
+            LinkState::FailFast => "fail-fast",
+            LinkState::Lost => "lost",
+        }
+    }
 }
 
 impl QueueStatus {
-    fn publish(&self, ch: &Channel<Endpoint>) {
+    fn publish(&self, ch: &Channel<Endpoint>, state: LinkState) {
         let st = ch.stats();
         self.req_lim.store(ch.req_lim(), Relaxed);
         self.cmds.store(st.cmds, Relaxed);
         self.credit_stalls.store(st.credit_stalls, Relaxed);
-        self.down.store(ch.down().is_some(), Relaxed);
+        self.state.store(state as u8, Relaxed);
     }
 }
 
@@ -54,7 +93,10 @@ impl QueueStatus {
 pub enum PollMode {
     /// Busy-poll the CQ whenever commands are in flight.
     Busy,
-    /// Busy-poll for a bounded number of empty polls, then arm the CQ and sleep (the default).
+    /// Busy-poll for a bounded number of empty polls, then arm the CQ and sleep (the default) --
+    /// when the machine has a core to spare for spinning (at least queues + 2 online CPUs: one for
+    /// the application, one for the fabric); with fewer, spinning takes the cycles the completions
+    /// need (measured in the lab: `just bench`), so the queue waits for interrupts instead.
     Adaptive,
     /// Always arm the CQ and sleep until its completion channel fires.
     Interrupt,
@@ -64,6 +106,7 @@ pub enum PollMode {
 const ADAPTIVE_SPINS: u32 = 2000;
 const OP_POLL_CQ: u32 = 1;
 const OP_POLL_CM: u32 = 2;
+const OP_CANCEL: u32 = 3;
 
 /// Options of the ublk device.
 #[derive(Clone, Debug)]
@@ -74,6 +117,11 @@ pub struct UblkOptions {
     pub cpus: Vec<usize>,
     /// Device id to ask for (-1: any).
     pub dev_id: i32,
+    /// The transport-class timers (reconnect_delay, fast_io_fail_tmo, dev_loss_tmo).
+    pub timers: Timers,
+    /// Take over device `dev_id`, left quiesced by a daemon that died (ublk user recovery), instead
+    /// of creating one.
+    pub recover: bool,
 }
 
 /// What the device looked like once it was live.
@@ -89,6 +137,9 @@ pub struct LiveInfo {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UblkFrontError {
+    /// The device cannot be recovered by this session.
+    #[error("{0}")]
+    Recover(String),
     /// libublk or the driver refused.
     #[error("{what}: {source}")]
     Ublk {
@@ -227,7 +278,11 @@ pub fn serve(
     let size = session.lun.size();
     let channels: Arc<Mutex<Vec<Option<Channel<Endpoint>>>>> =
         Arc::new(Mutex::new(session.channels.into_iter().map(Some).collect()));
-    let ctrl = build_ctrl("srp-ublk", opts.dev_id, nr_queues, depth, max_io)?;
+    let ctrl = if opts.recover {
+        recover_ctrl(opts.dev_id, nr_queues, depth, max_io)?
+    } else {
+        build_ctrl("srp-ublk", opts.dev_id, nr_queues, depth, max_io)?
+    };
     let tgt_init = move |dev: &mut UblkDev| {
         dev.set_default_params(size);
         dev.tgt.params = params;
@@ -236,7 +291,8 @@ pub fn serve(
         dev.tgt.cq_depth = depth + 8;
         Ok(())
     };
-    let mode = opts.poll;
+    let mode = effective_mode(opts.poll, nr_queues);
+    let (relogin, timers) = (session.relogin.clone(), opts.timers);
     let cpus = opts.cpus.clone();
     let status2 = status.clone();
     let q_fn = move |qid: u16, dev: &UblkDev| {
@@ -252,7 +308,16 @@ pub fn serve(
             return;
         };
         st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
-        if let Err(e) = run_queue(qid, dev, ch, geo, mode, st) {
+        let link = Link {
+            relogin: relogin.clone(),
+            timers,
+            since: None,
+            next_try: None,
+            fail_fast: false,
+            lost: false,
+            gen: 0,
+        };
+        if let Err(e) = run_queue(qid, dev, ch, geo, mode, link, st) {
             tracing::error!("queue {qid}: {e}");
         }
     };
@@ -277,6 +342,19 @@ pub fn serve(
     })
 }
 
+/// `adaptive` spins only with a core to spare (see [`PollMode::Adaptive`]).
+fn effective_mode(mode: PollMode, queues: u16) -> PollMode {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if mode == PollMode::Adaptive && cpus < usize::from(queues) + 2 {
+        tracing::info!(
+            "adaptive polling: {cpus} CPUs for {queues} queue(s) leave no core to spin on; \
+             completions wait for interrupts (--poll busy forces spinning)"
+        );
+        return PollMode::Interrupt;
+    }
+    mode
+}
+
 fn build_ctrl(
     name: &str,
     id: i32,
@@ -291,11 +369,50 @@ fn build_ctrl(
         .depth(depth)
         .io_buf_bytes(max_io)
         .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+        // if the daemon dies the device waits, quiesced, for `srp-ublk recover`; what was in flight
+        // is issued again to the new daemon, so applications see no error
+        .ctrl_flags(u64::from(
+            sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE,
+        ))
         .build()
         .map_err(|source| UblkFrontError::Ublk {
             what: "creating the ublk device (is ublk_drv loaded?)",
             source,
         })
+}
+
+/// Takes over device `id`, which a dead daemon left quiesced: checks it is waiting for recovery
+/// with the queues and depth this session serves, then starts user recovery.
+fn recover_ctrl(id: i32, queues: u16, depth: u16, max_io: u32) -> Result<UblkCtrl, UblkFrontError> {
+    let ublk = |what, source| UblkFrontError::Ublk { what, source };
+    let old = UblkCtrl::new_simple(id).map_err(|e| ublk("opening the device to recover", e))?;
+    let info = old.dev_info();
+    if u32::from(info.state) != sys::UBLK_S_DEV_QUIESCED {
+        return Err(UblkFrontError::Recover(format!(
+            "/dev/ublkb{id} is not waiting for recovery (its daemon is alive, or it was not \
+             created with recovery): nothing to recover"
+        )));
+    }
+    if info.nr_hw_queues != queues || info.queue_depth > depth {
+        return Err(UblkFrontError::Recover(format!(
+            "/dev/ublkb{id} has {} queue(s) x depth {}, but the target now gives {queues} channel(s) \
+             x depth {depth}; recovery needs at least as much (check the target's credits and \
+             ch_count), or delete the device and add it again",
+            info.nr_hw_queues, info.queue_depth
+        )));
+    }
+    old.start_user_recover()
+        .map_err(|e| ublk("starting user recovery", e))?;
+    // libublk sizes its per-queue bookkeeping from these, as for a new device
+    UblkCtrlBuilder::default()
+        .name("srp-ublk")
+        .id(id)
+        .nr_queues(info.nr_hw_queues)
+        .depth(info.queue_depth)
+        .io_buf_bytes(max_io)
+        .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
+        .build()
+        .map_err(|e| ublk("taking the device over", e))
 }
 
 fn serve_demo(
@@ -417,14 +534,63 @@ struct QueueRes {
     pending: Vec<(u32, bool)>,
 }
 
+/// Registers every tag buffer on `ep` (once per login).
+fn register_bufs(ep: &mut Endpoint, bufs: &[IoBuf<u8>]) -> Result<Vec<DataBuf>, String> {
+    bufs.iter()
+        .map(|b| {
+            // SAFETY: each IoBuf lives in `QueueRes::bufs`, which is dropped after `QueueRes::ch`
+            // (field order), and a replaced endpoint is closed before its successor is used, so the
+            // registration and the QP end before the memory does; the buffers are used only as this
+            // queue's ublk I/O buffers, whose contents the target is meant to read and write.
+            unsafe { ep.register(b.as_mut_ptr(), b.len()) }
+                .map_err(|e| format!("registering tag buffers: {e}"))
+        })
+        .collect()
+}
+
+/// A queue channel's link, as ib_srp's rport sees it: running, or down since some time (holding
+/// I/O, then failing it fast, then lost), with the reconnect schedule.
+struct Link {
+    relogin: Relogin,
+    timers: Timers,
+    /// When the channel went down (None: running).
+    since: Option<Instant>,
+    next_try: Option<Instant>,
+    fail_fast: bool,
+    lost: bool,
+    /// Bumped with every new endpoint: completions of polls on an old one's fds are ignored.
+    gen: u16,
+}
+
+impl Link {
+    fn state(&self) -> LinkState {
+        match (self.since, self.fail_fast, self.lost) {
+            (None, ..) => LinkState::Running,
+            (Some(_), _, true) => LinkState::Lost,
+            (Some(_), true, false) => LinkState::FailFast,
+            (Some(_), false, false) => LinkState::Blocked,
+        }
+    }
+}
+
+/// One CM step of a reconnect attempt at most (the queue checks its deadlines between attempts).
+const RELOGIN_STEP: Duration = Duration::from_secs(5);
+/// Commands outstanding with no completion for this long: the channel is taken down and reconnected
+/// (the SCSI layer's default command timeout).
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+/// How long a queue whose channel is down sleeps between looks at the ring and its timers.
+const DOWN_TICK: Duration = Duration::from_millis(50);
+
 fn run_queue(
     qid: u16,
     dev: &UblkDev,
     ch: Channel<Endpoint>,
     geo: Geometry,
     mode: PollMode,
+    mut link: Link,
     status: &QueueStatus,
 ) -> Result<(), String> {
+    init_ring(dev)?;
     let q = UblkQueue::new(qid, dev).map_err(|e| format!("creating the queue: {e}"))?;
     let bufs = dev.alloc_queue_io_bufs();
     let mut res = QueueRes {
@@ -433,43 +599,38 @@ fn run_queue(
         data: Vec::new(),
         pending: vec![(0, false); usize::from(q.get_depth() as u16)],
     };
-    for b in &res.bufs {
-        // SAFETY: each IoBuf lives in `res.bufs`, which is dropped after `res.ch` (field order of
-        // QueueRes), so the registration and the QP end before the memory does; the buffers are used
-        // only as this queue's ublk I/O buffers, whose contents the target is meant to read/write.
-        let d = unsafe { res.ch.transport().register(b.as_mut_ptr(), b.len()) }
-            .map_err(|e| format!("registering tag buffers: {e}"))?;
-        res.data.push(d);
-    }
+    res.data = register_bufs(res.ch.transport(), &res.bufs)?;
     let q = q
         .submit_fetch_commands_unified(BufDescList::Slices(Some(&res.bufs)))
         .map_err(|e| format!("submitting FETCH commands: {e}"))?;
-    let cq_fd = res.ch.transport().notify_fd();
-    let cm_fd = res.ch.transport().cm_fd();
     let (mut cq_poll_pending, mut cm_poll_pending) = (false, false);
     let mut spins = 0u32;
     let mut loops = 0u32;
-    status.publish(&res.ch);
+    let mut stalled_since: Option<Instant> = None;
+    status.publish(&res.ch, link.state());
     loop {
         loops = loops.wrapping_add(1);
-        if !cm_poll_pending {
-            cm_poll_pending = submit_poll(&q, cm_fd, OP_POLL_CM);
+        let up = link.since.is_none();
+        if let (true, false, Some(fd)) = (up, cm_poll_pending, res.ch.transport().cm_fd()) {
+            cm_poll_pending = submit_poll(&q, fd, OP_POLL_CM, link.gen);
         }
         let busy = res.ch.busy() > 0;
-        let spin = match mode {
-            PollMode::Busy => busy,
-            PollMode::Adaptive => busy && spins < ADAPTIVE_SPINS,
-            PollMode::Interrupt => false,
-        };
-        let mut to_wait = if spin { 0 } else { 1 };
+        let spin = up
+            && match mode {
+                PollMode::Busy => busy,
+                PollMode::Adaptive => busy && spins < ADAPTIVE_SPINS,
+                PollMode::Interrupt => false,
+            };
+        // while down, the loop ticks (DOWN_TICK) instead of sleeping on the ring
+        let mut to_wait = if spin || !up { 0 } else { 1 };
         if to_wait == 1 || loops % 1024 == 0 {
-            status.publish(&res.ch);
+            status.publish(&res.ch, link.state());
         }
         if to_wait == 1 {
             if !cq_poll_pending {
                 let _ = res.ch.transport().arm();
-                if let Some(fd) = cq_fd {
-                    cq_poll_pending = submit_poll(&q, fd, OP_POLL_CQ);
+                if let Some(fd) = res.ch.transport().notify_fd() {
+                    cq_poll_pending = submit_poll(&q, fd, OP_POLL_CQ, link.gen);
                 }
             }
             // a completion may have landed before the arm took effect
@@ -478,20 +639,29 @@ fn run_queue(
             }
         }
         let (mut cq_fired, mut cm_fired) = (false, false);
-        let r = q.flush_and_wake_io_tasks(
-            |data, cqe, _last| {
-                if data & UblkUringData::Target as u64 != 0 {
-                    match UblkIOCtx::user_data_to_op(data) {
-                        OP_POLL_CQ => cq_fired = true,
-                        OP_POLL_CM => cm_fired = true,
-                        _ => {}
+        // A spin with nothing to submit, reap or run in the kernel skips io_uring_enter (one in 64
+        // enters anyway, should a kernel not raise the task-run flag).
+        let skip = to_wait == 0 && up && loops % 64 != 0 && !ring_needs_enter();
+        let r = if skip {
+            Ok(0)
+        } else {
+            q.flush_and_wake_io_tasks(
+                |data, cqe, _last| {
+                    if data & UblkUringData::Target as u64 != 0 {
+                        // a poll armed on an earlier endpoint's fds means nothing now
+                        let current = UblkIOCtx::user_data_to_tag(data) as u16 == link.gen;
+                        match UblkIOCtx::user_data_to_op(data) {
+                            OP_POLL_CQ if current => cq_fired = true,
+                            OP_POLL_CM if current => cm_fired = true,
+                            _ => {}
+                        }
+                    } else if cqe.result() == sys::UBLK_IO_RES_OK as i32 {
+                        start_io(&q, &mut res, geo, UblkIOCtx::user_data_to_tag(data) as u16);
                     }
-                } else if cqe.result() == sys::UBLK_IO_RES_OK as i32 {
-                    start_io(&q, &mut res, geo, UblkIOCtx::user_data_to_tag(data) as u16);
-                }
-            },
-            to_wait,
-        );
+                },
+                to_wait,
+            )
+        };
         if cq_fired {
             cq_poll_pending = false;
             let _ = res.ch.transport().ack_notify();
@@ -508,27 +678,202 @@ fn run_queue(
         } else {
             spins.saturating_add(1)
         };
-        if res.ch.down().is_some() && res.ch.busy() > 0 {
-            let QueueRes {
-                ch, bufs, pending, ..
-            } = &mut res;
-            ch.fail_all(libc::EIO, &mut |d| commit(&q, bufs, pending, d));
+        // commands outstanding and nothing completing for STALL_LIMIT: the channel is as good as
+        // dead (e.g. the target side of an idle QP went away while the fabric was down, and the RC
+        // retries are not running out); the loop wakes at least every 20 s (libublk's idle wait)
+        if !up || !busy || n > 0 {
+            stalled_since = None;
+        } else {
+            let now = Instant::now();
+            let since = *stalled_since.get_or_insert(now);
+            if now.duration_since(since) >= STALL_LIMIT {
+                let outstanding = res.ch.busy();
+                res.ch.declare_down(DownReason::Transport(format!(
+                    "no completion for {} s with {outstanding} command(s) outstanding",
+                    STALL_LIMIT.as_secs()
+                )));
+                stalled_since = None;
+            }
+        }
+        if res.ch.down().is_some() {
+            if link.since.is_none() {
+                // the polls on this endpoint's fds: cancel them, they would never fire again
+                for (pending, op) in [(cq_poll_pending, OP_POLL_CQ), (cm_poll_pending, OP_POLL_CM)]
+                {
+                    if pending {
+                        cancel_poll(&q, op, link.gen);
+                    }
+                }
+                (cq_poll_pending, cm_poll_pending) = (false, false);
+                // what the cancelled polls report belongs to the old endpoint
+                link.gen = link.gen.wrapping_add(1);
+            }
+            on_down(qid, &q, &mut res, &mut link, status);
+            if link.since.is_some() && r.is_ok() {
+                std::thread::sleep(DOWN_TICK);
+            }
         }
         if r.is_err() {
             break;
         }
     }
-    res.ch.send_i_logout();
-    let _ = complete_ready(&q, &mut res);
+    if link.since.is_none() {
+        res.ch.send_i_logout();
+        let _ = complete_ready(&q, &mut res);
+    } else {
+        let QueueRes {
+            ch, bufs, pending, ..
+        } = &mut res;
+        ch.set_hold(false);
+        ch.fail_all(libc::EIO, &mut |d| commit(&q, bufs, pending, d));
+    }
+    status.publish(&res.ch, link.state());
     drop(res);
     Ok(())
 }
 
-fn submit_poll(q: &UblkQueue, fd: i32, op: u32) -> bool {
+/// The channel is down: hold I/O, reconnect every reconnect_delay, fail I/O after
+/// fast_io_fail_tmo, give the device up after dev_loss_tmo (ib_srp's transport-class timers).
+fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status: &QueueStatus) {
+    let now = Instant::now();
+    let since = *link.since.get_or_insert_with(|| {
+        let why = res.ch.down().map(|d| d.to_string()).unwrap_or_default();
+        // nothing the old channel does may reach the buffers once commands are re-issued or failed;
+        // its CM disconnect waits until it is replaced (the fabric may be down now)
+        res.ch.transport().quiesce();
+        res.ch.set_hold(true);
+        link.next_try = link.timers.reconnect_delay().map(|d| now + d);
+        tracing::warn!(
+            "queue {qid}: channel down ({why}); holding I/O, reconnect every {} s, fast_io_fail {} s, \
+             dev_loss {} s",
+            show_tmo(link.timers.reconnect_delay),
+            show_tmo(link.timers.fast_io_fail_tmo),
+            show_tmo(link.timers.dev_loss_tmo)
+        );
+        now
+    });
+    let down_for = now.duration_since(since);
+    status.publish(&res.ch, link.state());
+    let QueueRes {
+        ch, bufs, pending, ..
+    } = res;
+    if !link.fail_fast && link.timers.fast_io_fail().is_some_and(|t| down_for >= t) {
+        link.fail_fast = true;
+        tracing::warn!("queue {qid}: fast_io_fail_tmo expired after {down_for:.1?}: failing I/O");
+        ch.set_hold(false);
+        ch.fail_all(libc::EIO, &mut |d| commit(q, bufs, pending, d));
+        status.publish(ch, link.state());
+    }
+    if !link.lost && link.timers.dev_loss().is_some_and(|t| down_for >= t) {
+        link.lost = true;
+        tracing::error!(
+            "queue {qid}: dev_loss_tmo expired after {down_for:.1?}: removing the device"
+        );
+        ch.set_hold(false);
+        ch.fail_all(libc::EIO, &mut |d| commit(q, bufs, pending, d));
+        status.publish(ch, link.state());
+        // the same path as `srp-ublk del`: the daemon's signal thread stops the device
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
+        return;
+    }
+    let (Some(at), Some(delay), false) = (link.next_try, link.timers.reconnect_delay(), link.lost)
+    else {
+        return;
+    };
+    if now < at {
+        return;
+    }
+    match relogin(&link.relogin, bufs) {
+        Ok((fresh, data)) => {
+            let old = ch.reconnect(fresh.ep, fresh.req_lim, fresh.max_imm, &mut |tag, b| {
+                let n = data[usize::from(tag)];
+                DataBuf {
+                    lkey: n.lkey,
+                    rkey: n.rkey,
+                    ..b
+                }
+            });
+            drop(old);
+            res.data = data;
+            let held = res.ch.busy();
+            res.ch.set_hold(false);
+            res.ch.resume();
+            link.since = None;
+            link.next_try = None;
+            link.fail_fast = false;
+            status.reconnects.fetch_add(1, Relaxed);
+            status.publish(&res.ch, link.state());
+            tracing::warn!(
+                "queue {qid}: reconnected after {:.1?}; {held} command(s) re-issued",
+                now.duration_since(since)
+            );
+        }
+        Err(e) => {
+            link.next_try = Some(Instant::now() + delay);
+            tracing::warn!(
+                "queue {qid}: reconnect failed ({e}); next attempt in {} s",
+                delay.as_secs()
+            );
+        }
+    }
+}
+
+/// Logs the channel in again and registers the tag buffers on the new endpoint.
+fn relogin(r: &Relogin, bufs: &[IoBuf<u8>]) -> Result<(Fresh, Vec<DataBuf>), String> {
+    let mut fresh = r.connect(RELOGIN_STEP).map_err(|e| e.to_string())?;
+    let data = register_bufs(&mut fresh.ep, bufs)?;
+    Ok((fresh, data))
+}
+
+/// Sets up this thread's io_uring before libublk would (same sizes, cooperative task running) and
+/// adds IORING_SETUP_TASKRUN_FLAG. With cooperative task running, ublk's new I/O commands and the
+/// PollAdd completions become visible only after the thread enters the kernel; the flag says when such
+/// work is waiting, so a queue spinning on its RDMA CQ needs no syscall per spin.
+fn init_ring(dev: &UblkDev) -> Result<(), String> {
+    let (sq, cq) = (u32::from(dev.tgt.sq_depth), u32::from(dev.tgt.cq_depth));
+    libublk::io::ublk_init_task_ring(|cell| {
+        if cell.get().is_none() {
+            let ring = io_uring::IoUring::builder()
+                .setup_cqsize(cq)
+                .setup_coop_taskrun()
+                .setup_taskrun_flag()
+                .build(sq)
+                .map_err(libublk::UblkError::IOError)?;
+            cell.set(std::cell::RefCell::new(ring))
+                .map_err(|_| libublk::UblkError::OtherError(-libc::EEXIST))?;
+        }
+        Ok(())
+    })
+    .map_err(|e| format!("setting up the queue's io_uring: {e}"))
+}
+
+/// Whether the ring has SQEs to submit, CQEs to reap or task work the kernel runs on the next enter.
+fn ring_needs_enter() -> bool {
+    libublk::io::with_task_io_ring_mut(|r| {
+        let mut sq = r.submission();
+        sq.sync();
+        if !sq.is_empty() || sq.taskrun() || sq.cq_overflow() {
+            return true;
+        }
+        drop(sq);
+        !r.completion().is_empty()
+    })
+}
+
+/// A PollAdd on `fd`; its user data carries the endpoint generation in the tag field.
+fn submit_poll(q: &UblkQueue, fd: i32, op: u32, gen: u16) -> bool {
     let sqe = io_uring::opcode::PollAdd::new(io_uring::types::Fd(fd), libc::POLLIN as u32)
         .build()
-        .user_data(UblkIOCtx::build_user_data(0, op, 0, true));
+        .user_data(UblkIOCtx::build_user_data(gen, op, 0, true));
     q.ublk_submit_sqe_sync(sqe).is_ok()
+}
+
+/// Cancels the PollAdd `op` of generation `gen` (its fd is about to close).
+fn cancel_poll(q: &UblkQueue, op: u32, gen: u16) {
+    let sqe = io_uring::opcode::AsyncCancel::new(UblkIOCtx::build_user_data(gen, op, 0, true))
+        .build()
+        .user_data(UblkIOCtx::build_user_data(gen, OP_CANCEL, 0, true));
+    let _ = q.ublk_submit_sqe_sync(sqe);
 }
 
 /// Polls the channel and commits every finished command; returns how many completions it handled.

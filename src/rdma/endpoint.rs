@@ -118,6 +118,8 @@ pub struct Endpoint {
     raw_wcs: Vec<ibv_wc>,
     qp_created: bool,
     connected: bool,
+    quiesced: bool,
+    closed: bool,
     login: Option<LoginRsp>,
     dest: SocketAddr,
     device: String,
@@ -192,6 +194,8 @@ impl Endpoint {
             raw_wcs: Vec::new(),
             qp_created: false,
             connected: false,
+            quiesced: false,
+            closed: false,
             login: None,
             dest,
             device: String::new(),
@@ -297,6 +301,17 @@ impl Endpoint {
                     .into_owned()
             }
         };
+        // A login sent through a port that is down goes nowhere, and CM messages sent while the
+        // port is down can leave the port's CM unable to log anyone in later (seen with rxe): say so
+        // and let the caller try again later.
+        if let Some(state) = port_state(&self.device, port) {
+            if !state.contains("ACTIVE") {
+                return Err(RdmaError::Unreachable {
+                    dest,
+                    detail: format!("local RDMA port {}/{port} is {state}", self.device),
+                });
+            }
+        }
         // SAFETY: ibv_gid is a plain union of bytes; all-zero is valid.
         let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
         // SAFETY: ctx/port are valid; gid is an out-parameter.
@@ -548,10 +563,13 @@ impl Endpoint {
         self.port_guid
     }
 
-    /// The CM event channel's fd (readable when the target disconnects us).
-    pub fn cm_fd(&self) -> RawFd {
-        // SAFETY: ec is valid for the Endpoint's life.
-        unsafe { (*self.ec).fd }
+    /// The CM event channel's fd (readable when the target disconnects us); None once closed.
+    pub fn cm_fd(&self) -> Option<RawFd> {
+        if self.ec.is_null() {
+            return None;
+        }
+        // SAFETY: ec is valid until close() nulls it.
+        Some(unsafe { (*self.ec).fd })
     }
 
     /// Reads one pending CM event without blocking; on DISCONNECTED (or any error event) moves the
@@ -577,7 +595,114 @@ impl Endpoint {
         }
     }
 
+    /// Stops the channel at once without a word on the wire: the QP goes to the error state (a
+    /// local verb, no CM message), and its flushed completions are drained. From then on the target
+    /// can neither read nor write the registered buffers through this QP and no completion arrives,
+    /// so commands can be re-issued elsewhere or failed. The CM disconnect waits for [`Endpoint::close`]
+    /// (or the drop): sent while the fabric is down, CM messages can wedge the port's CM (rxe).
+    pub fn quiesce(&mut self) {
+        if !self.qp_created || self.quiesced {
+            return;
+        }
+        // SAFETY: ibv_qp_attr is a plain C struct; all-zero plus the state is a valid request.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ibv_qp_state::IBV_QPS_ERR;
+        // SAFETY: id has a live QP (qp_created); attr is valid for the call.
+        let rc = unsafe {
+            ibv_modify_qp(
+                (*self.id).qp,
+                &mut attr,
+                ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
+            )
+        };
+        if rc != 0 {
+            // cannot stop it locally: tear everything down instead
+            self.close();
+            return;
+        }
+        self.drain();
+        self.quiesced = true;
+    }
+
+    /// Polls flushed completions away (bounded, so a wedged device cannot hang us).
+    fn drain(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut wcs = [Wc {
+            kind: WcKind::Send,
+            id: 0,
+            len: 0,
+            status: WcStatus::Ok,
+        }; 32];
+        while Instant::now() < deadline {
+            match self.poll(&mut wcs) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Tears the channel down now, in order (disconnect, drain the flushes, destroy the QP, deregister
+    /// every memory region, destroy the CQ, PD and CM id), as dropping does; idempotent. Afterwards
+    /// nothing the target does can reach the registered buffers, no completion arrives, posting fails
+    /// and polling finds nothing: a channel that went down can be failed or re-issued safely.
+    pub fn close(&mut self) {
+        self.disconnect();
+        if self.qp_created {
+            self.drain();
+            // SAFETY: id has a QP created by rdma_create_qp.
+            unsafe { rdma_destroy_qp(self.id) };
+            self.qp_created = false;
+        }
+        for mr in self
+            .data_mrs
+            .drain(..)
+            .chain([self.iu_mr, self.scratch_mr, self.region_mr])
+        {
+            if !mr.is_null() {
+                // SAFETY: mr is a valid MR of ours, deregistered once; the QP using it is gone.
+                unsafe { ibv_dereg_mr(mr) };
+            }
+        }
+        (self.iu_mr, self.scratch_mr, self.region_mr) = (null_mut(), null_mut(), null_mut());
+        if !self.cq.is_null() {
+            let _ = self.ack_notify();
+            // SAFETY: cq is valid, its QP is destroyed and every event is acked.
+            unsafe { ibv_destroy_cq(self.cq) };
+            self.cq = null_mut();
+        }
+        if !self.comp.is_null() {
+            // SAFETY: comp is valid and no CQ uses it any more.
+            unsafe { ibv_destroy_comp_channel(self.comp) };
+            self.comp = null_mut();
+        }
+        if !self.pd.is_null() {
+            // SAFETY: pd is valid and nothing registered on it remains.
+            unsafe { ibv_dealloc_pd(self.pd) };
+            self.pd = null_mut();
+        }
+        if !self.id.is_null() {
+            while self.try_event().is_some() {}
+            // SAFETY: id is valid, its QP is destroyed and all its events are acked.
+            unsafe { rdma_destroy_id(self.id) };
+            self.id = null_mut();
+        }
+        if !self.ec.is_null() {
+            // SAFETY: ec is valid and has no ids left.
+            unsafe { rdma_destroy_event_channel(self.ec) };
+            self.ec = null_mut();
+        }
+        self.closed = true;
+    }
+
+    /// Whether [`Endpoint::close`] or [`Endpoint::quiesce`] stopped the channel.
+    pub fn is_stopped(&self) -> bool {
+        self.closed || self.quiesced
+    }
+
     fn try_event(&mut self) -> Option<CmEvent> {
+        if self.ec.is_null() {
+            return None;
+        }
         let mut ev: *mut rdma_cm_event = null_mut();
         // SAFETY: ec is valid and non-blocking; ev is an out-parameter.
         if unsafe { rdma_get_cm_event(self.ec, &mut ev) } != 0 {
@@ -616,7 +741,7 @@ impl Endpoint {
                 return Ok(ev);
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !wait_readable(self.cm_fd(), left) {
+            if left.is_zero() || !self.cm_fd().is_some_and(|fd| wait_readable(fd, left)) {
                 return Err(RdmaError::Timeout {
                     what,
                     dest: self.dest,
@@ -661,6 +786,20 @@ fn data_access() -> ibv_access_flags {
     )
 }
 
+/// The state of a local port from sysfs ("4: ACTIVE"), when the device has one.
+fn port_state(device: &str, port: u8) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/infiniband/{device}/ports/{port}/state"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn closed(op: &'static str) -> TransportError {
+    TransportError {
+        op,
+        detail: "the channel is stopped (reconnecting)".into(),
+    }
+}
+
 fn terr(op: &'static str, code: i32) -> TransportError {
     TransportError {
         op,
@@ -680,6 +819,9 @@ impl Transport for Endpoint {
         len: usize,
         imm: Option<DataBuf>,
     ) -> Result<(), TransportError> {
+        if self.closed || self.quiesced {
+            return Err(closed("ibv_post_send"));
+        }
         if slot >= self.nr_send || len > self.send_size {
             return Err(TransportError {
                 op: "ibv_post_send",
@@ -734,6 +876,9 @@ impl Transport for Endpoint {
     }
 
     fn post_recv(&mut self, idx: u16) -> Result<(), TransportError> {
+        if self.closed || self.quiesced {
+            return Err(closed("ibv_post_recv"));
+        }
         if idx >= self.nr_recv {
             return Err(TransportError {
                 op: "ibv_post_recv",
@@ -769,6 +914,9 @@ impl Transport for Endpoint {
     }
 
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError> {
+        if self.cq.is_null() {
+            return Ok(0);
+        }
         let want = out.len().min(self.raw_wcs.len()) as i32;
         // SAFETY: cq is valid; raw_wcs has room for `want` entries.
         let n = unsafe { ibv_poll_cq(self.cq, want, self.raw_wcs.as_mut_ptr()) };
@@ -797,6 +945,9 @@ impl Transport for Endpoint {
     }
 
     fn arm(&mut self) -> Result<(), TransportError> {
+        if self.closed {
+            return Ok(());
+        }
         // SAFETY: cq is valid.
         let rc = unsafe { ibv_req_notify_cq(self.cq, 0) };
         if rc != 0 {
@@ -806,11 +957,17 @@ impl Transport for Endpoint {
     }
 
     fn notify_fd(&self) -> Option<RawFd> {
-        // SAFETY: comp is valid for the Endpoint's life.
+        if self.comp.is_null() {
+            return None;
+        }
+        // SAFETY: comp is valid until close() nulls it.
         Some(unsafe { (*self.comp).fd })
     }
 
     fn ack_notify(&mut self) -> Result<(), TransportError> {
+        if self.comp.is_null() {
+            return Ok(());
+        }
         loop {
             let mut cq = null_mut();
             let mut ctx = null_mut();
@@ -826,57 +983,7 @@ impl Transport for Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        self.disconnect();
-        if self.qp_created {
-            // flushed completions; bounded so a wedged device cannot hang teardown
-            let deadline = Instant::now() + Duration::from_secs(2);
-            let mut wcs = [Wc {
-                kind: WcKind::Send,
-                id: 0,
-                len: 0,
-                status: WcStatus::Ok,
-            }; 32];
-            while Instant::now() < deadline {
-                match self.poll(&mut wcs) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-            }
-            // SAFETY: id has a QP created by rdma_create_qp.
-            unsafe { rdma_destroy_qp(self.id) };
-        }
-        for mr in self
-            .data_mrs
-            .drain(..)
-            .chain([self.iu_mr, self.scratch_mr, self.region_mr])
-        {
-            if !mr.is_null() {
-                // SAFETY: mr is a valid MR of ours, deregistered once; the QP using it is gone.
-                unsafe { ibv_dereg_mr(mr) };
-            }
-        }
-        if !self.cq.is_null() {
-            let _ = self.ack_notify();
-            // SAFETY: cq is valid, its QP is destroyed and every event is acked.
-            unsafe { ibv_destroy_cq(self.cq) };
-        }
-        if !self.comp.is_null() {
-            // SAFETY: comp is valid and no CQ uses it any more.
-            unsafe { ibv_destroy_comp_channel(self.comp) };
-        }
-        if !self.pd.is_null() {
-            // SAFETY: pd is valid and nothing registered on it remains.
-            unsafe { ibv_dealloc_pd(self.pd) };
-        }
-        if !self.id.is_null() {
-            while self.try_event().is_some() {}
-            // SAFETY: id is valid, its QP is destroyed and all its events are acked.
-            unsafe { rdma_destroy_id(self.id) };
-        }
-        if !self.ec.is_null() {
-            // SAFETY: ec is valid and has no ids left.
-            unsafe { rdma_destroy_event_channel(self.ec) };
-        }
+        self.close();
     }
 }
 

@@ -13,6 +13,7 @@ use crate::wire::target::TargetSpec;
 use std::time::Duration;
 
 pub mod state;
+pub mod timers;
 
 /// Send slots beyond the queue depth (CRED_RSP, AER_RSP, I_LOGOUT, task management).
 pub const EXTRA_SLOTS: u16 = 4;
@@ -149,6 +150,43 @@ pub struct Session {
     pub depth: u16,
     /// The local RDMA device the channels use.
     pub rdma_device: String,
+    /// How a queue logs its channel in again.
+    pub relogin: Relogin,
+}
+
+/// What a queue thread needs to log its channel in again after it went down: the target and the
+/// login parameters of the session's extra channels (MULTI: the target keeps the session's other
+/// channels; if none is left it starts a new session).
+#[derive(Clone, Debug)]
+pub struct Relogin {
+    params: ConnectParams,
+    lun: u64,
+}
+
+/// A new login for a channel that went down.
+pub struct Fresh {
+    /// The logged-in endpoint.
+    pub ep: Endpoint,
+    /// Its initial credits.
+    pub req_lim: i32,
+    /// Its immediate-data limit.
+    pub max_imm: u32,
+}
+
+impl Relogin {
+    /// Logs in one channel, each CM step limited to `step` (shorter than the first login's limit,
+    /// so a queue waiting on a dead fabric still reaches its fast_io_fail and dev_loss deadlines).
+    pub fn connect(&self, step: Duration) -> Result<Fresh, RdmaError> {
+        let mut p = self.params.clone();
+        p.timeout = p.timeout.min(step);
+        let ep = Endpoint::connect(&p)?;
+        let cfg = channel_config(&ep, p.send_slots - EXTRA_SLOTS, self.lun, p.req_it_iu_len);
+        Ok(Fresh {
+            ep,
+            req_lim: cfg.req_lim,
+            max_imm: cfg.max_imm,
+        })
+    }
 }
 
 fn connect_params(
@@ -255,12 +293,17 @@ impl Session {
             .collect();
         let lun = interrogate(&mut channels[0], opts.lun)?;
         let rdma_device = channels[0].transport().device().to_string();
+        let relogin = Relogin {
+            params: connect_params(target, MultiChannelAction::Multi, depth, opts.timeout),
+            lun: opts.lun,
+        };
         Ok(Session {
             target: target.clone(),
             channels,
             lun,
             depth,
             rdma_device,
+            relogin,
         })
     }
 }

@@ -26,8 +26,11 @@ pub struct QueueState {
     pub cmds: u64,
     /// Times a command waited for credits.
     pub credit_stalls: u64,
-    /// "running" or why the channel is down.
+    /// running, blocked, fail-fast or lost (ib_srp's rport states).
     pub state: String,
+    /// Reconnects that succeeded.
+    #[serde(default)]
+    pub reconnects: u64,
 }
 
 /// A served device.
@@ -51,6 +54,9 @@ pub struct DeviceState {
     pub depth: u16,
     /// Completion mode.
     pub poll: String,
+    /// reconnect_delay, fast_io_fail_tmo, dev_loss_tmo.
+    #[serde(default)]
+    pub timers: Option<crate::session::timers::Timers>,
     /// INQUIRY vendor / product.
     pub vendor: String,
     /// INQUIRY product.

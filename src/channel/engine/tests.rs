@@ -350,3 +350,71 @@ fn a_burst_of_cred_reqs_is_answered_in_full() {
     assert_eq!(ch.stats().cred_reqs, 10);
     assert_eq!(ch.stats().dropped_small, 0);
 }
+
+#[test]
+fn reconnect_reissues_what_was_in_flight_and_what_was_held() {
+    let (mut ch, bufs) = setup(16);
+    let pat: Vec<u8> = (0..65536u32).map(|i| (i * 7 + 3) as u8).collect();
+    ch.transport().buf(bufs[0])[..4096].copy_from_slice(&pat[..4096]);
+    ch.transport().buf(bufs[1]).copy_from_slice(&pat);
+    ch.transport().faults.hold_rsps = true;
+    io(&mut ch, &bufs, 0, BlockOp::Write { fua: false }, 0, 4096);
+    io(
+        &mut ch,
+        &bufs,
+        1,
+        BlockOp::Write { fua: false },
+        65536,
+        65536,
+    );
+    assert!(drain(&mut ch).is_empty());
+    // the target drops the channel with both writes unanswered
+    ch.transport().send_t_logout();
+    assert!(drain(&mut ch).is_empty());
+    assert!(ch.down().is_some());
+    // new I/O while down is refused, unless held for the reconnect
+    let b = bufs[2];
+    let read = to_scsi(BlockOp::Read, 65536, 65536, &GEO, b, &mut []).unwrap();
+    assert!(matches!(ch.submit(2, read), Err(SubmitError::Down(_))));
+    ch.set_hold(true);
+    ch.submit(2, read).unwrap();
+    assert_eq!(ch.busy(), 3);
+    let new = ch.transport().successor();
+    let mut rekeyed = Vec::new();
+    let old = ch.reconnect(new, 16, 8192, &mut |tag, b| {
+        rekeyed.push(tag);
+        b
+    });
+    drop(old);
+    ch.resume();
+    let done = drain(&mut ch);
+    assert_eq!(done.len(), 3, "{done:?}");
+    assert!(done.iter().all(|d| d.outcome.errno == 0), "{done:?}");
+    rekeyed.sort();
+    assert_eq!(rekeyed, [0, 1, 2]);
+    // the re-sent writes went to the new login, in their first order, then the held read
+    let tags: Vec<u16> = ch.transport().log.iter().map(|&(_, t)| t as u16).collect();
+    assert_eq!(tags, [0, 1, 2]);
+    assert_eq!(ch.transport().buf(bufs[2]), &pat[..]);
+    assert_eq!(&ch.transport().disk[..4096], &pat[..4096]);
+}
+
+#[test]
+fn fast_io_fail_fails_held_commands_and_refuses_new_ones() {
+    let (mut ch, bufs) = setup(16);
+    ch.transport().faults.hold_rsps = true;
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 4096);
+    ch.transport().send_t_logout();
+    drain(&mut ch);
+    ch.set_hold(true);
+    io(&mut ch, &bufs, 1, BlockOp::Read, 4096, 4096);
+    // fast_io_fail_tmo expires: the front end stops holding and fails what waits
+    ch.set_hold(false);
+    let mut failed = Vec::new();
+    ch.fail_all(errno::EIO, &mut |d| failed.push(d));
+    assert_eq!(failed.len(), 2);
+    assert!(failed.iter().all(|d| d.outcome.errno == errno::EIO));
+    assert_eq!(ch.busy(), 0);
+    let cmd = to_scsi(BlockOp::Read, 0, 4096, &GEO, bufs[2], &mut []).unwrap();
+    assert!(matches!(ch.submit(2, cmd), Err(SubmitError::Down(_))));
+}

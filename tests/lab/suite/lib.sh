@@ -18,3 +18,39 @@ ublk_cleanup() { srp-ublk del --all >/dev/null 2>&1; lab-ref-detach >/dev/null 2
 show_logs() { for f in /run/srp-ublk/logs/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done; }
 # sha FILE-or-DEV [SKIP_MIB COUNT_MIB]: sha256 of a range read with O_DIRECT
 sha_range() { dd if="$1" bs=1M skip="$2" count="$3" iflag=direct 2>/dev/null | sha256sum | cut -c1-64; }
+# reliability helpers (tests 30-3x)
+now() { cut -d' ' -f1 /proc/uptime; }
+since() { awk -v a="$(now)" -v b="$1" 'BEGIN{printf "%.1f", a-b}'; }
+# queue_states: the queues' link states of every srp-ublk device, e.g. "running running"
+queue_states() { srp-ublk list 2>/dev/null | sed -n 's/^ *q[0-9]* channel \([a-z-]*\) via.*/\1/p' | tr '\n' ' '; }
+reconnects() { srp-ublk list 2>/dev/null | sed -n 's/.* reconnects \([0-9]*\)$/\1/p' | awk '{s+=$1} END{print s+0}'; }
+# wait_running SECS: until every queue of every device is running; prints how long it took
+wait_running() {
+    _t=$(now); _i=0
+    while [ $_i -lt $(($1 * 10)) ]; do
+        case " $(queue_states)" in *" blocked"*|*" fail-fast"*|*" lost"*) ;; *) since "$_t"; return 0;; esac
+        sleep 0.1; _i=$((_i + 1))
+    done
+    return 1
+}
+# wait_io DEV SECS: one 4 KiB O_DIRECT read; prints how long it took (it waits behind held I/O)
+wait_io() { _t=$(now); timeout "$2" dd if="$1" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null || return 1; since "$_t"; }
+# verify_start DEV SIZE: fio writing and verifying (crc32c) in the background until verify_stop
+verify_start() {
+    rm -f /tmp/fio-verify.done
+    ( fio --name=v --filename="$1" --ioengine=libaio --direct=1 --rw=randwrite --bsrange=4k-64k \
+        --iodepth=16 --size="$2" --loops=1000 --time_based --runtime=3600 \
+        --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
+        --output=/tmp/fio-verify.txt; echo $? > /tmp/fio-verify.done ) &
+}
+# verify_stop: stop the background fio; fails the test on any fio or verify error
+verify_stop() {
+    [ -f /tmp/fio-verify.done ] && { cat /tmp/fio-verify.txt; fail "fio stopped early (exit $(cat /tmp/fio-verify.done))"; }
+    killall -INT fio 2>/dev/null
+    _i=0; while [ ! -f /tmp/fio-verify.done ] && [ $_i -lt 600 ]; do sleep 0.1; _i=$((_i + 1)); done
+    cat /tmp/fio-verify.txt; cp /tmp/fio-verify.txt "$LAB_OUT/$(basename "$0" .sh)-fio.txt"
+    grep -qi 'verify.*fail\|bad magic\|crc32c: verify failed\|bad header' /tmp/fio-verify.txt && fail "verify failures"
+    grep -q 'err= 0' /tmp/fio-verify.txt || fail "fio reported I/O errors"
+    _w=$(grep -o 'WRITE: bw=[^,]*, [^,]*, io=[^ ,]*' /tmp/fio-verify.txt | sed 's/.*io=//')
+    ok "fio verify: 0 errors, $_w written and verified"
+}

@@ -2,18 +2,60 @@
 # The end-to-end suite, run inside one lab guest (just lab-test). Every suite/NN-name.sh runs in turn:
 # exit 0 = pass, 77 = skipped for a missing kernel feature (counted as a failure when CI is set: CI runs
 # the lab, so nothing may skip there), anything else = fail. Logs go to $LAB_OUT/suite/NAME.log.
-# LAB_ONLY=pattern runs only the tests whose name contains pattern.
+# LAB_ONLY=pattern[,pattern...] runs only the tests whose name contains one of the patterns.
 SUITE=/usr/lib/srp-lab/suite
+LIMIT=${SUITE_TEST_LIMIT:-600}
+# what a hung test leaves behind: tasks in D state with their kernel stacks, srp-ublk's queue threads
+dump_state() {
+    echo "--- watchdog: D-state tasks"
+    for p in /proc/[0-9]*; do
+        [ "$(sed 's/.*) //' $p/stat 2>/dev/null | cut -d' ' -f1)" = D ] || continue
+        echo "== $(cat $p/comm) ($(basename $p)) $(cat $p/wchan)"; head -8 $p/stack
+    done
+    echo "--- watchdog: every task (pid state wchan comm)"
+    for p in /proc/[0-9]*; do
+        echo "$(basename $p) $(sed 's/.*) //' $p/stat 2>/dev/null | cut -d' ' -f1) $(cat $p/wchan 2>/dev/null) $(tr '\0' ' ' < $p/cmdline 2>/dev/null | cut -c1-80)"
+    done | grep -v ' I \| S worker_thread\| S kthread\| S smpboot\| S rescuer'
+    echo "--- watchdog: srp-ublk threads"
+    for t in /proc/[0-9]*/task/[0-9]*; do
+        [ "$(cat $t/comm 2>/dev/null)" = srp-ublk ] || continue
+        echo "== $t $(cat $t/wchan) syscall $(cut -d' ' -f1 $t/syscall)"; head -6 $t/stack
+    done
+    srp-ublk list
+    for f in /run/srp-ublk/logs/*.log; do echo "--- $f"; tail -n 15 "$f"; done
+    echo "--- dmesg"; dmesg | tail -n 20
+}
 mkdir -p "$LAB_OUT/suite"
 pass=0; fail=0; skip=0; failed=""
 for t in "$SUITE"/[0-9]*.sh; do
     name=$(basename "$t" .sh)
-    if [ -n "${LAB_ONLY:-}" ]; then case $name in *"$LAB_ONLY"*) ;; *) continue;; esac; fi
+    if [ -n "${LAB_ONLY:-}" ]; then
+        want=0
+        for p in $(echo "$LAB_ONLY" | tr ',' ' '); do case $name in *"$p"*) want=1;; esac; done
+        [ $want = 1 ] || continue
+    fi
     log=$LAB_OUT/suite/$name.log
     t0=$(cut -d' ' -f1 /proc/uptime)
     echo "suite: ---- $name"
-    ( cd /tmp && sh "$t" ) > "$log" 2>&1
+    # the test runs in the background under a watchdog: a hang becomes a failure with a state dump,
+    # and a long test shows its last line now and then
+    ( cd /tmp && exec sh "$t" ) > /tmp/suite-test.log 2>&1 &
+    tp=$!
+    el=0
+    while kill -0 $tp 2>/dev/null; do
+        sleep 1; el=$((el + 1))
+        [ $((el % 30)) = 0 ] && echo "suite: $name running ${el}s: $(tail -1 /tmp/suite-test.log | cut -c1-160)"
+        if [ $el -ge "$LIMIT" ]; then
+            echo "suite: $name still running after ${LIMIT}s: killed"
+            dump_state >> /tmp/suite-test.log 2>&1
+            kill -9 $tp 2>/dev/null; killall -9 fio dd 2>/dev/null
+            break
+        fi
+    done
+    wait $tp
     rc=$?
+    [ $el -ge "$LIMIT" ] && rc=124
+    cp /tmp/suite-test.log "$log"
     dt=$(awk -v a="$(cut -d' ' -f1 /proc/uptime)" -v b="$t0" 'BEGIN{printf "%.1f", a-b}')
     if [ $rc = 0 ]; then
         pass=$((pass + 1)); echo "PASS $name (${dt}s)"

@@ -1,0 +1,137 @@
+//! `srp-ublk recover`: after a daemon crash (or `kill -9`), log in again and take the device over
+//! where it stands. ublk keeps the device quiesced, with the I/O that was in flight queued, until a
+//! new daemon ends the recovery; the I/O is then issued again, so applications see no error.
+
+use anyhow::bail;
+use clap::Args;
+use srp_ublk::session::state::DeviceState;
+use srp_ublk::session::timers::show_tmo;
+use std::ffi::OsString;
+
+/// `srp-ublk recover ...`
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// The ublk device id (N of /dev/ublkbN).
+    #[arg(short = 'n', long = "number", required_unless_present = "all")]
+    pub id: Option<u32>,
+    /// Every srp-ublk device whose daemon is gone.
+    #[arg(long, short = 'a', conflicts_with = "id")]
+    pub all: bool,
+    /// Limit for each login step, in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub timeout: u64,
+}
+
+/// Runs `recover`.
+pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
+    super::add::check_ublk()?;
+    let devs: Vec<DeviceState> = if a.all {
+        DeviceState::all()
+            .into_iter()
+            .filter(|d| !d.daemon_alive())
+            .collect()
+    } else {
+        let id = a.id.unwrap_or(0);
+        let Ok(d) = DeviceState::read(&DeviceState::path(id)) else {
+            bail!(
+                "no state for /dev/ublkb{id} ({} is missing): it was not added by srp-ublk, or \
+                 was deleted; add it again with `srp-ublk add`",
+                DeviceState::path(id).display()
+            );
+        };
+        if d.daemon_alive() {
+            bail!(
+                "/dev/ublkb{id} is served by a running daemon (pid {}): nothing to recover",
+                d.pid
+            );
+        }
+        vec![d]
+    };
+    if devs.is_empty() {
+        println!("nothing to recover: every srp-ublk device has its daemon");
+        return Ok(());
+    }
+    let mut failed = Vec::new();
+    for d in &devs {
+        if let Err(e) = super::add::spawn_daemon(&argv(d), a.timeout, false) {
+            eprintln!("srp-ublk: error: recovering /dev/ublkb{}: {e:#}", d.dev_id);
+            failed.push(d.dev_id);
+        }
+    }
+    if !failed.is_empty() {
+        bail!("{} device(s) not recovered: {failed:?}", failed.len());
+    }
+    Ok(())
+}
+
+/// The `add` command line that serves `d` again: same target, LUN, queues, depth, completion mode
+/// and timers, taking over its device id.
+fn argv(d: &DeviceState) -> Vec<OsString> {
+    let mut v: Vec<String> = vec![
+        "add".into(),
+        "--target".into(),
+        d.target.clone(),
+        "--lun".into(),
+        d.lun.to_string(),
+        "--queues".into(),
+        d.queues.len().to_string(),
+        "--depth".into(),
+        d.depth.to_string(),
+        "-n".into(),
+        d.dev_id.to_string(),
+        "--recover".into(),
+    ];
+    if !d.poll.is_empty() {
+        v.extend(["--poll".into(), d.poll.clone()]);
+    }
+    if let Some(t) = d.timers {
+        v.extend([
+            "--reconnect-delay".into(),
+            show_tmo(t.reconnect_delay),
+            "--fast-io-fail-tmo".into(),
+            show_tmo(t.fast_io_fail_tmo),
+            "--dev-loss-tmo".into(),
+            show_tmo(t.dev_loss_tmo),
+        ]);
+    }
+    v.into_iter().map(OsString::from).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+    use srp_ublk::session::timers::Timers;
+
+    #[test]
+    fn the_recover_command_line_parses_back_to_the_same_device() {
+        let d = DeviceState {
+            dev_id: 3,
+            target: "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555".into(),
+            lun: 2,
+            depth: 32,
+            poll: "interrupt".into(),
+            timers: Some(Timers {
+                reconnect_delay: Some(2),
+                fast_io_fail_tmo: None,
+                dev_loss_tmo: Some(60),
+            }),
+            queues: vec![Default::default(); 2],
+            ..Default::default()
+        };
+        let mut args = vec![OsString::from("srp-ublk")];
+        args.extend(argv(&d));
+        let cli = Cli::try_parse_from(args).unwrap();
+        let Command::Add(a) = cli.command else {
+            panic!("not an add")
+        };
+        assert!(a.recover);
+        assert_eq!(a.id, 3);
+        assert_eq!(a.session.lun, 2);
+        assert_eq!(a.session.queues, Some(2));
+        assert_eq!(a.session.depth, 32);
+        assert_eq!(a.timers().unwrap(), d.timers.unwrap());
+        assert_eq!(a.target.as_deref(), Some(d.target.as_str()));
+    }
+}
