@@ -1,6 +1,7 @@
 # The rxe netdev goes down and up 5 times under verified writes: each time I/O is held (not failed),
 # the queues reconnect when the link is back, and fio's crc32c verify finds nothing wrong.
 . /usr/lib/srp-lab/suite/lib.sh
+ublk_cleanup   # nothing left over from an earlier test may count in the queue states below
 trap 'ip link set dummy0 up; show_logs; ublk_cleanup' EXIT
 dev=$(ublk_add --queues 2 --reconnect-delay 2 --fast-io-fail-tmo 90 --dev-loss-tmo 300) || fail "srp-ublk add: $dev"
 verify_start "$dev" 64m

@@ -1,6 +1,7 @@
 # The target drops the session (LIO's target port group disabled for 6 s, then enabled) under verified
 # writes, twice: the queues see the disconnect, hold I/O, reconnect once the TPG is back; 0 verify errors.
 . /usr/lib/srp-lab/suite/lib.sh
+ublk_cleanup   # nothing left over from an earlier test may count in the queue states below
 trap 'echo 1 > $SRP_TPG/enable; show_logs; ublk_cleanup' EXIT
 dev=$(ublk_add --queues 2 --reconnect-delay 2 --fast-io-fail-tmo 90 --dev-loss-tmo 300) || fail "srp-ublk add: $dev"
 verify_start "$dev" 64m

@@ -2,6 +2,7 @@
 # fast_io_fail_tmo (6 s) has passed -- not before -- and the device disappears after dev_loss_tmo
 # (20 s). Nothing hangs.
 . /usr/lib/srp-lab/suite/lib.sh
+ublk_cleanup   # nothing left over from an earlier test may count in the queue states below
 trap 'echo 1 > $SRP_TPG/enable; show_logs; ublk_cleanup' EXIT
 dev=$(ublk_add --queues 1 --reconnect-delay 2 --fast-io-fail-tmo 6 --dev-loss-tmo 20) || fail "srp-ublk add: $dev"
 srp-ublk list | grep -q "fast_io_fail_tmo 6 dev_loss_tmo 20" || fail "list does not show the timers: $(srp-ublk list)"

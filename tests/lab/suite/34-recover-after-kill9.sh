@@ -2,6 +2,7 @@
 # with the writer's I/O queued, the new daemon logs in and takes it over, the writer sees no error and
 # fio's crc32c verify passes.
 . /usr/lib/srp-lab/suite/lib.sh
+ublk_cleanup   # nothing left over from an earlier test may count in the queue states below
 trap 'show_logs; ublk_cleanup' EXIT
 dev=$(ublk_add --queues 2) || fail "srp-ublk add: $dev"
 id=${dev#/dev/ublkb}

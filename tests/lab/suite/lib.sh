@@ -47,8 +47,11 @@ verify_start() {
 verify_stop() {
     [ -f /tmp/fio-verify.done ] && { cat /tmp/fio-verify.txt; fail "fio stopped early (exit $(cat /tmp/fio-verify.done))"; }
     killall -INT fio 2>/dev/null
-    _i=0; while [ ! -f /tmp/fio-verify.done ] && [ $_i -lt 600 ]; do sleep 0.1; _i=$((_i + 1)); done
+    # fio stops after its outstanding I/O completes; after a fault that can be a stalled channel's
+    # 30 s limit plus a reconnect
+    _i=0; while [ ! -f /tmp/fio-verify.done ] && [ $_i -lt 2400 ]; do sleep 0.1; _i=$((_i + 1)); done
     cat /tmp/fio-verify.txt; cp /tmp/fio-verify.txt "$LAB_OUT/$(basename "$0" .sh)-fio.txt"
+    [ -f /tmp/fio-verify.done ] || fail "fio did not stop within 240 s of SIGINT (I/O stuck?)"
     grep -qi 'verify.*fail\|bad magic\|crc32c: verify failed\|bad header' /tmp/fio-verify.txt && fail "verify failures"
     grep -q 'err= 0' /tmp/fio-verify.txt || fail "fio reported I/O errors"
     _w=$(grep -o 'WRITE: bw=[^,]*, [^,]*, io=[^ ,]*' /tmp/fio-verify.txt | sed 's/.*io=//')
