@@ -19,6 +19,8 @@ done
 verify_stop
 n=$(reconnects)
 echo "reconnects: $n"
+# a queue idle through a flap may only now find its channel dead (30 s stall rule) and reconnect
+r=$(wait_running 120) || fail "queues not running 120 s after the last flap: $(queue_states)"
 expect_eq "queue states after the flaps" "$(queue_states)" "running running "
 trap - EXIT
 ublk_cleanup

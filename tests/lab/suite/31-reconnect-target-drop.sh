@@ -22,6 +22,7 @@ verify_stop
 r1=$(reconnects)
 [ "$r1" -gt "$r0" ] || fail "no reconnect was counted (before $r0, after $r1)"
 ok "$((r1 - r0)) reconnects"
+r=$(wait_running 120) || fail "queues not running 120 s after the last drop: $(queue_states)"
 expect_eq "queue states" "$(queue_states)" "running running "
 trap - EXIT
 ublk_cleanup
