@@ -721,11 +721,7 @@ fn run_queue(
         res.ch.send_i_logout();
         let _ = complete_ready(&q, &mut res);
     } else {
-        let QueueRes {
-            ch, bufs, pending, ..
-        } = &mut res;
-        ch.set_hold(false);
-        ch.fail_all(libc::EIO, &mut |d| commit(&q, bufs, pending, d));
+        fail_held(&q, &mut res);
     }
     status.publish(&res.ch, link.state());
     drop(res);
@@ -754,24 +750,19 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
     });
     let down_for = now.duration_since(since);
     status.publish(&res.ch, link.state());
-    let QueueRes {
-        ch, bufs, pending, ..
-    } = res;
     if !link.fail_fast && link.timers.fast_io_fail().is_some_and(|t| down_for >= t) {
         link.fail_fast = true;
         tracing::warn!("queue {qid}: fast_io_fail_tmo expired after {down_for:.1?}: failing I/O");
-        ch.set_hold(false);
-        ch.fail_all(libc::EIO, &mut |d| commit(q, bufs, pending, d));
-        status.publish(ch, link.state());
+        fail_held(q, res);
+        status.publish(&res.ch, link.state());
     }
     if !link.lost && link.timers.dev_loss().is_some_and(|t| down_for >= t) {
         link.lost = true;
         tracing::error!(
             "queue {qid}: dev_loss_tmo expired after {down_for:.1?}: removing the device"
         );
-        ch.set_hold(false);
-        ch.fail_all(libc::EIO, &mut |d| commit(q, bufs, pending, d));
-        status.publish(ch, link.state());
+        fail_held(q, res);
+        status.publish(&res.ch, link.state());
         // the same path as `srp-ublk del`: the daemon's signal thread stops the device
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
         return;
@@ -783,16 +774,18 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
     if now < at {
         return;
     }
-    match relogin(&link.relogin, bufs) {
+    match relogin(&link.relogin, &res.bufs) {
         Ok((fresh, data)) => {
-            let old = ch.reconnect(fresh.ep, fresh.req_lim, fresh.max_imm, &mut |tag, b| {
-                let n = data[usize::from(tag)];
-                DataBuf {
-                    lkey: n.lkey,
-                    rkey: n.rkey,
-                    ..b
-                }
-            });
+            let old = res
+                .ch
+                .reconnect(fresh.ep, fresh.req_lim, fresh.max_imm, &mut |tag, b| {
+                    let n = data[usize::from(tag)];
+                    DataBuf {
+                        lkey: n.lkey,
+                        rkey: n.rkey,
+                        ..b
+                    }
+                });
             drop(old);
             res.data = data;
             let held = res.ch.busy();
@@ -816,6 +809,16 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
             );
         }
     }
+}
+
+/// Stops holding and fails every unfinished command with EIO (fast_io_fail, dev_loss, shutdown
+/// while down).
+fn fail_held(q: &UblkQueue, res: &mut QueueRes) {
+    let QueueRes {
+        ch, bufs, pending, ..
+    } = res;
+    ch.set_hold(false);
+    ch.fail_all(libc::EIO, &mut |d| commit(q, bufs, pending, d));
 }
 
 /// Logs the channel in again and registers the tag buffers on the new endpoint.
