@@ -35,6 +35,32 @@ wait_running() {
 }
 # wait_io DEV SECS: one 4 KiB O_DIRECT read; prints how long it took (it waits behind held I/O)
 wait_io() { _t=$(now); timeout "$2" dd if="$1" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null || return 1; since "$_t"; }
+# fault_cycles N WHAT DEV IO_SECS: N times, fault_down I then fault_up I (functions the test defines:
+# inject the fault and hold it; end it), then wait, bounded, for every queue to run (60 s) and for a
+# 4 KiB read (IO_SECS), and say how long each took
+fault_cycles() {
+    _c=1
+    while [ $_c -le "$1" ]; do
+        fault_down $_c || fail "$2 $_c: injecting the fault"
+        fault_up $_c || fail "$2 $_c: ending the fault"
+        _r=$(wait_running 60) || fail "$2 $_c: queues not running 60 s after the fault ended: $(queue_states)"
+        _d=$(wait_io "$3" "$4") || fail "$2 $_c: no I/O within $4 s of the fault ending"
+        echo "$2 $_c: every queue running ${_r} s after the fault ended (reconnect_delay 2 s), a 4 KiB read took ${_d} s; reconnects so far $(reconnects)"
+        sleep 4
+        _c=$((_c + 1))
+    done
+}
+# fault_finish R0: stops the verifying fio (failing on any error), checks that reconnects were counted
+# since R0 and that every queue runs again (waiting, bounded, for one still reconnecting: a queue idle
+# through the fault may only now find its channel dead)
+fault_finish() {
+    verify_stop
+    _r1=$(reconnects)
+    [ "$_r1" -gt "$1" ] || fail "no reconnect was counted (before $1, after $_r1)"
+    ok "$((_r1 - $1)) reconnects"
+    wait_running 120 >/dev/null || fail "queues not running 120 s after the last fault: $(queue_states)"
+    expect_eq "queue states after the faults" "$(queue_states)" "running running "
+}
 # verify_start DEV SIZE: fio writing and verifying (crc32c) in the background until verify_stop
 verify_start() {
     rm -f /tmp/fio-verify.done
