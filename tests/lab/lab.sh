@@ -68,8 +68,15 @@ host_packages() {
     apt_private
     # qemu-system-x86 from backports: the image's qemu-utils is the backports build and the two must match
     local args=() q
+    # (apt takes only the named package from backports; the dependencies whose bookworm versions are too
+    # old are named too)
     for q in "${missing[@]}"; do
-        case $q in qemu-*) args+=("$q/bookworm-backports");; *) args+=("$q");; esac
+        case $q in
+            qemu-system-x86) args+=("$q/bookworm-backports" qemu-system-common/bookworm-backports
+                                    qemu-system-data/bookworm-backports seabios/bookworm-backports);;
+            qemu-*) args+=("$q/bookworm-backports");;
+            *) args+=("$q");;
+        esac
     done
     DEBIAN_FRONTEND=noninteractive apt-get "${APTO[@]}" install -y --no-install-recommends "${args[@]}" \
         >"$LAB/host-install.log" 2>&1 || die "apt-get install failed: see $LAB/host-install.log"

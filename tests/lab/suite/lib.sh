@@ -69,6 +69,25 @@ verify_start() {
         --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
         --output=/tmp/fio-verify.txt; echo $? > /tmp/fio-verify.done ) &
 }
+# stuck_dump: where a writer that does not finish is waiting: blk-mq's view of every ublk disk (in
+# flight, dispatch lists, requeue list, queue flags), fio's kernel stacks and srp-ublk's own state
+stuck_dump() {
+    echo "--- stuck: blk-mq state"
+    for d in /sys/block/ublkb*; do
+        n=$(basename "$d"); echo "== $n inflight $(cat "$d/inflight")"
+        q=/sys/kernel/debug/block/$n
+        for f in "$q/state" "$q/requeue_list" "$q"/hctx*/state "$q"/hctx*/dispatch "$q"/hctx*/busy \
+                 "$q"/hctx*/flags "$q"/hctx*/tags "$q"/hctx*/ctx_map "$q"/hctx*/cpu*/*_rq_list; do
+            [ -r "$f" ] && [ -n "$(cat "$f" 2>/dev/null)" ] && { echo "$f:"; sed 's/^/    /' "$f" | head -20; }
+        done
+    done
+    echo "--- stuck: fio tasks"
+    for p in $(pidof fio); do
+        for t in /proc/$p/task/*; do echo "== fio $t $(cat "$t/wchan")"; head -8 "$t/stack"; done
+    done
+    kill -USR1 $(pidof fio) 2>/dev/null; sleep 1
+    srp-ublk list; show_logs; dmesg | tail -n 30
+}
 # verify_stop: stop the background fio; fails the test on any fio or verify error
 verify_stop() {
     [ -f /tmp/fio-verify.done ] && { cat /tmp/fio-verify.txt; fail "fio stopped early (exit $(cat /tmp/fio-verify.done))"; }
@@ -76,6 +95,7 @@ verify_stop() {
     # fio stops after its outstanding I/O completes; after a fault that can be a stalled channel's
     # 30 s limit plus a reconnect
     _i=0; while [ ! -f /tmp/fio-verify.done ] && [ $_i -lt 2400 ]; do sleep 0.1; _i=$((_i + 1)); done
+    [ -f /tmp/fio-verify.done ] || stuck_dump
     cat /tmp/fio-verify.txt; cp /tmp/fio-verify.txt "$LAB_OUT/$(basename "$0" .sh)-fio.txt"
     [ -f /tmp/fio-verify.done ] || fail "fio did not stop within 240 s of SIGINT (I/O stuck?)"
     grep -qi 'verify.*fail\|bad magic\|crc32c: verify failed\|bad header' /tmp/fio-verify.txt && fail "verify failures"
