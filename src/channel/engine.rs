@@ -10,6 +10,16 @@
 //! - Credits: start from LOGIN_RSP; every SRP_RSP, CRED_REQ and AER_REQ adds its delta; every
 //!   SRP_CMD takes one; one is always kept back for task management (as ib_srp does). A command with
 //!   no credit waits in a FIFO (counted as a stall) and goes when credits return.
+//! - Time: the front end hands the engine a millisecond clock ([`Channel::set_clock`] as a batch of
+//!   commands starts, [`Channel::tick`] every loop). A command out for [`CMD_TIMEOUT_MS`] is aborted
+//!   (SRP_TSK_MGMT ABORT TASK, on an extra slot with the credit kept back) and sent again with a new tag
+//!   generation; a task management request failed or unanswered for [`TMF_TIMEOUT_MS`] escalates:
+//!   ABORT TASK -> LOGICAL UNIT RESET (nothing new is sent meanwhile) -> the channel goes down and the
+//!   front end reconnects (ib_srp's eh_abort -> eh_device_reset -> eh_host_reset). Commands outstanding
+//!   and no work completion of any kind for [`STALL_MS`]: down as well (a backstop).
+//! - BUSY, TASK SET FULL and "becoming ready" are retried after 5, 10, 20 ... ms (at most 1 s apart)
+//!   until [`CMD_TIMEOUT_MS`] after the command was first submitted; other retryable conditions
+//!   (unit attentions) at once, at most `max_retries` times.
 //! - Nothing here allocates after construction.
 
 use super::{DataBuf, DataDir, ScsiCmd, Transport, TransportError, Wc, WcKind, WcStatus};
@@ -17,7 +27,7 @@ use crate::wire::scsi::sense::errno;
 use crate::wire::scsi::{classify, Action, ScsiStatus, Sense};
 use crate::wire::srp::{
     parse_target_iu, DataDesc, DirectBuf, RspFlags, ScsiLun, SrpCmd, TLogoutReason, TagOnly,
-    TargetIu,
+    TargetIu, TskMgmt, TskMgmtFunc, TSK_MGMT_COMPLETE,
 };
 use crate::wire::WireError;
 use std::collections::VecDeque;
@@ -50,6 +60,12 @@ pub enum DownReason {
     Malformed(WireError),
     /// A send or receive failed (QP error, flush after disconnect).
     Transport(String),
+    /// A command timed out and task management did not recover it (or could not be sent), or
+    /// nothing completed for too long with commands outstanding.
+    Timeout(String),
+    /// Another channel of the session failed: every channel reconnects (ib_srp's
+    /// srp_reconnect_rport), so a queue idle through a fault does not find a dead channel later.
+    Session,
 }
 
 impl std::fmt::Display for DownReason {
@@ -58,6 +74,8 @@ impl std::fmt::Display for DownReason {
             DownReason::TargetLogout(r) => write!(f, "target logged the channel out ({r:?})"),
             DownReason::Malformed(e) => write!(f, "malformed IU from the target: {e}"),
             DownReason::Transport(e) => write!(f, "transport failure: {e}"),
+            DownReason::Timeout(e) => write!(f, "{e}"),
+            DownReason::Session => write!(f, "another channel of the session failed"),
         }
     }
 }
@@ -85,6 +103,12 @@ pub struct ChannelStats {
     pub min_req_lim: i32,
     /// CRED/AER responses dropped because the target's requests outran every send slot.
     pub dropped_small: u64,
+    /// Commands that timed out (ABORT TASK sent).
+    pub timeouts: u64,
+    /// Task management requests sent (ABORT TASK, LOGICAL UNIT RESET).
+    pub tmfs: u64,
+    /// Retries after a delay (BUSY, TASK SET FULL, becoming ready).
+    pub delayed_retries: u64,
 }
 
 /// How a command ended.
@@ -148,13 +172,19 @@ struct RspInfo {
     status: u8,
     sense: Option<Sense>,
     resid: u32,
+    /// Task management response code (response data byte 3), when RSPVALID.
+    tmf_code: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum TagState {
     Idle,
-    /// Waiting for a credit.
+    /// Waiting for a credit (or for a LOGICAL UNIT RESET to finish).
     Waiting,
+    /// Waiting to be retried at `until` (ms; BUSY, TASK SET FULL, becoming ready).
+    Delayed {
+        until: u64,
+    },
     /// Sent; completes when both the response and the send completion are in.
     InFlight {
         send_done: bool,
@@ -169,6 +199,33 @@ struct TagEntry {
     retries: u8,
     cmd: ScsiCmd,
     rsp: Option<RspInfo>,
+    /// When the command was submitted (ms), for the retry budget.
+    submitted: u64,
+    /// When it was last sent (ms), for its timeout.
+    sent: u64,
+}
+
+/// A command out this long is aborted (the SCSI layer's default command timeout).
+pub const CMD_TIMEOUT_MS: u64 = 30_000;
+/// A task management request failed or unanswered this long escalates.
+pub const TMF_TIMEOUT_MS: u64 = 5_000;
+/// Commands outstanding and no work completion at all for this long: the channel is taken down (a
+/// response in but its SEND never completing, or a task management request stuck the same way).
+pub const STALL_MS: u64 = CMD_TIMEOUT_MS + 2 * TMF_TIMEOUT_MS;
+/// How often the timeouts are checked.
+const SCAN_MS: u64 = 1_000;
+/// SRP tags of task management requests: above every command tag (`gen << 16 | tag` < 2^32).
+const TMF_TAG: u64 = 1 << 40;
+
+/// The one task management request a channel may have out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tmf {
+    func: TskMgmtFunc,
+    /// Its SRP tag.
+    srp_tag: u64,
+    /// For ABORT TASK: the command's tag and the generation it was sent with.
+    target: Option<(u16, u16)>,
+    sent: u64,
 }
 
 /// One SRP channel's engine over a transport `T`.
@@ -187,6 +244,16 @@ pub struct Channel<T: Transport> {
     hold: bool,
     wcs: Vec<Wc>,
     stats: ChannelStats,
+    /// The front end's clock (ms).
+    now: u64,
+    /// When [`Channel::tick`] next has work (a timeout scan or a delayed retry).
+    next_due: u64,
+    /// When a work completion last arrived (or the channel last went from idle to busy).
+    last_wc: u64,
+    tmf: Option<Tmf>,
+    tmf_seq: u16,
+    /// A LOGICAL UNIT RESET is out: nothing new is sent until it ends.
+    paused: bool,
 }
 
 const POLL_BATCH: usize = 32;
@@ -205,6 +272,8 @@ impl<T: Transport> Channel<T> {
                 data: DataDir::None,
             },
             rsp: None,
+            submitted: 0,
+            sent: 0,
         };
         Channel {
             t,
@@ -230,6 +299,12 @@ impl<T: Transport> Channel<T> {
                 ..Default::default()
             },
             cfg,
+            now: 0,
+            next_due: 0,
+            last_wc: 0,
+            tmf: None,
+            tmf_seq: 0,
+            paused: false,
         }
     }
 
@@ -284,6 +359,10 @@ impl<T: Transport> Channel<T> {
         e.cmd = cmd;
         e.retries = 0;
         e.rsp = None;
+        e.submitted = self.now;
+        if self.busy == 0 {
+            self.last_wc = self.now;
+        }
         self.busy += 1;
         self.start(tag);
         Ok(())
@@ -292,7 +371,7 @@ impl<T: Transport> Channel<T> {
     /// Sends `tag` now if a credit allows, else puts it in the waiting FIFO.
     fn start(&mut self, tag: u16) {
         // keep one credit for task management, as ib_srp does
-        if self.req_lim > 1 && self.waiting.is_empty() && self.down.is_none() {
+        if self.req_lim > 1 && self.waiting.is_empty() && self.down.is_none() && !self.paused {
             if let Err(e) = self.send_cmd(tag) {
                 self.set_down(DownReason::Transport(e.to_string()));
                 self.tags[usize::from(tag)].state = TagState::Waiting;
@@ -343,6 +422,7 @@ impl<T: Transport> Channel<T> {
             send_done: false,
             rsp: false,
         };
+        self.tags[idx].sent = self.now;
         Ok(())
     }
 
@@ -378,6 +458,191 @@ impl<T: Transport> Channel<T> {
         }
     }
 
+    /// Sets the clock (ms, from any fixed origin) that stamps commands as they are sent: the front
+    /// end calls it when a batch of commands arrives after a sleep.
+    pub fn set_clock(&mut self, now_ms: u64) {
+        self.now = now_ms;
+    }
+
+    /// Sets the clock and, when due, runs the timed work: delayed retries, task management deadlines,
+    /// command timeouts, the stall backstop. Cheap when nothing is due (one comparison); the front
+    /// end calls it every loop while commands are outstanding, and at least by
+    /// [`Channel::next_tick_in`].
+    pub fn tick(&mut self, now_ms: u64) {
+        self.now = now_ms;
+        if now_ms < self.next_due {
+            return;
+        }
+        self.next_due = now_ms + SCAN_MS;
+        if self.down.is_some() || self.busy == 0 {
+            return;
+        }
+        self.run_delayed();
+        if self.down.is_none() {
+            self.check_timeouts();
+        }
+        if self.down.is_none() && now_ms.saturating_sub(self.last_wc) >= STALL_MS {
+            self.set_down(DownReason::Timeout(format!(
+                "no completion for {} s with {} command(s) outstanding",
+                STALL_MS / 1000,
+                self.busy
+            )));
+        }
+    }
+
+    /// How long until [`Channel::tick`] has work, while commands are outstanding (None: idle).
+    pub fn next_tick_in(&self) -> Option<u64> {
+        (self.busy > 0 && self.down.is_none()).then(|| self.next_due.saturating_sub(self.now))
+    }
+
+    /// Sends the delayed retries that are due; fixes when the next one is.
+    fn run_delayed(&mut self) {
+        for tag in 0..self.cfg.depth {
+            if let TagState::Delayed { until } = self.tags[usize::from(tag)].state {
+                if until <= self.now {
+                    self.tags[usize::from(tag)].state = TagState::Idle;
+                    self.start(tag);
+                } else {
+                    self.next_due = self.next_due.min(until);
+                }
+            }
+        }
+    }
+
+    /// Escalates a task management request that failed or went unanswered, or aborts the oldest
+    /// command past [`CMD_TIMEOUT_MS`].
+    fn check_timeouts(&mut self) {
+        if let Some(t) = self.tmf {
+            if self.now.saturating_sub(t.sent) >= TMF_TIMEOUT_MS {
+                self.escalate(t, "unanswered");
+            }
+            return;
+        }
+        let mut oldest: Option<(u16, u64)> = None;
+        for tag in 0..self.cfg.depth {
+            let e = &self.tags[usize::from(tag)];
+            if matches!(e.state, TagState::InFlight { .. })
+                && oldest.is_none_or(|(_, sent)| e.sent < sent)
+            {
+                oldest = Some((tag, e.sent));
+            }
+        }
+        let Some((tag, sent)) = oldest else {
+            return;
+        };
+        if self.now.saturating_sub(sent) < CMD_TIMEOUT_MS {
+            return;
+        }
+        self.stats.timeouts += 1;
+        let e = self.tags[usize::from(tag)];
+        if !matches!(e.state, TagState::InFlight { send_done: true, .. }) {
+            // the HCA never finished sending it: the QP is stuck, only a reconnect frees the slot
+            self.set_down(DownReason::Timeout(format!(
+                "command (tag {tag}) not sent by the HCA within {} s",
+                CMD_TIMEOUT_MS / 1000
+            )));
+            return;
+        }
+        tracing::warn!(
+            "command (tag {tag}) unanswered for {} s: ABORT TASK",
+            CMD_TIMEOUT_MS / 1000
+        );
+        self.send_tmf(TskMgmtFunc::AbortTask, Some((tag, e.gen)));
+    }
+
+    /// ABORT TASK failed or went unanswered: LOGICAL UNIT RESET; that failed too: down.
+    fn escalate(&mut self, t: Tmf, why: &str) {
+        self.tmf = None;
+        self.paused = false;
+        match t.func {
+            TskMgmtFunc::AbortTask => {
+                tracing::warn!("ABORT TASK {why}: LOGICAL UNIT RESET");
+                self.send_tmf(TskMgmtFunc::LunReset, None);
+            }
+            _ => self.set_down(DownReason::Timeout(format!(
+                "a command timed out and LOGICAL UNIT RESET was {why}"
+            ))),
+        }
+    }
+
+    /// Sends a task management request on an extra slot with the credit kept back for it.
+    fn send_tmf(&mut self, func: TskMgmtFunc, target: Option<(u16, u16)>) {
+        let slot = match self.extra_free.pop() {
+            Some(s) if self.req_lim >= 1 => s,
+            other => {
+                if let Some(s) = other {
+                    self.extra_free.push(s);
+                }
+                self.set_down(DownReason::Timeout(format!(
+                    "a command timed out and {func:?} cannot be sent (req_lim {})",
+                    self.req_lim
+                )));
+                return;
+            }
+        };
+        self.tmf_seq = self.tmf_seq.wrapping_add(1);
+        let srp_tag = TMF_TAG | u64::from(self.tmf_seq);
+        let task_tag = target.map_or(0, |(tag, gen)| (u64::from(gen) << 16) | u64::from(tag));
+        let iu = TskMgmt {
+            sol_not: 0,
+            tag: srp_tag,
+            lun: self.cfg.lun,
+            func,
+            task_tag,
+        }
+        .encode();
+        self.t.send_buf(slot)[..iu.len()].copy_from_slice(&iu);
+        if let Err(e) = self.t.post_send(slot, iu.len(), None) {
+            self.extra_free.push(slot);
+            self.set_down(DownReason::Transport(e.to_string()));
+            return;
+        }
+        self.req_lim -= 1;
+        self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
+        self.stats.tmfs += 1;
+        self.paused = func == TskMgmtFunc::LunReset;
+        self.tmf = Some(Tmf {
+            func,
+            srp_tag,
+            target,
+            sent: self.now,
+        });
+    }
+
+    /// The response to the task management request out.
+    fn on_tmf_rsp(&mut self, srp_tag: u64, info: RspInfo) {
+        let Some(t) = self.tmf.filter(|t| t.srp_tag == srp_tag) else {
+            self.stats.unexpected_rsp += 1;
+            return;
+        };
+        let ok = info.tmf_code.unwrap_or(info.status) == TSK_MGMT_COMPLETE;
+        if !ok {
+            let why = format!("refused (response code {:#x})", info.tmf_code.unwrap_or(0xff));
+            return self.escalate(t, &why);
+        }
+        self.tmf = None;
+        self.paused = false;
+        // what the request ended is sent again, with a new generation: a late response to the old
+        // one is dropped
+        let ended: Vec<u16> = match t.target {
+            Some((tag, gen)) => vec![tag]
+                .into_iter()
+                .filter(|&tag| self.tags[usize::from(tag)].gen == gen)
+                .collect(),
+            None => (0..self.cfg.depth).collect(),
+        };
+        for tag in ended {
+            let e = &mut self.tags[usize::from(tag)];
+            if matches!(e.state, TagState::InFlight { send_done: true, .. }) {
+                tracing::info!("{:?} done: tag {tag} sent again", t.func);
+                e.state = TagState::Idle;
+                e.rsp = None;
+                self.start(tag);
+            }
+        }
+        self.drain_waiting();
+    }
+
     /// Polls one batch of completions and handles them, calling `done` for every finished command.
     /// Returns how many work completions were processed (0: nothing was ready).
     pub fn process(&mut self, done: &mut dyn FnMut(Done)) -> usize {
@@ -389,6 +654,9 @@ impl<T: Transport> Channel<T> {
                 0
             }
         };
+        if n > 0 {
+            self.last_wc = self.now;
+        }
         for wc in &wcs[..n] {
             match wc.kind {
                 WcKind::Send => self.on_send(wc, done),
@@ -403,7 +671,7 @@ impl<T: Transport> Channel<T> {
     }
 
     fn drain_waiting(&mut self) {
-        while self.req_lim > 1 {
+        while self.req_lim > 1 && !self.paused {
             let Some(tag) = self.waiting.pop_front() else {
                 break;
             };
@@ -478,6 +746,7 @@ impl<T: Transport> Channel<T> {
                         status: r.status,
                         sense,
                         resid,
+                        tmf_code: r.tsk_mgmt_status(),
                     },
                 )
             }
@@ -521,6 +790,9 @@ impl<T: Transport> Channel<T> {
     }
 
     fn on_rsp(&mut self, srp_tag: u64, info: RspInfo, done: &mut dyn FnMut(Done)) {
+        if srp_tag & TMF_TAG != 0 {
+            return self.on_tmf_rsp(srp_tag, info);
+        }
         let tag = (srp_tag & 0xffff) as u16;
         let gen = ((srp_tag >> 16) & 0xffff) as u16;
         let valid = srp_tag >> 32 == 0 && tag < self.cfg.depth;
@@ -557,14 +829,25 @@ impl<T: Transport> Channel<T> {
         };
         let status = ScsiStatus::from(info.status);
         let d = classify(status, info.sense.as_ref());
-        let retry = matches!(
-            d.action,
-            Action::Retry | Action::RetryAfterDelay | Action::RefreshThenRetry(_)
-        );
-        if retry && self.tags[idx].retries < self.cfg.max_retries && self.down.is_none() {
-            self.tags[idx].retries += 1;
+        let e = &mut self.tags[idx];
+        if d.action == Action::RetryAfterDelay && self.down.is_none() {
+            // 5, 10, 20 ... ms, at most 1 s apart, while the command is younger than its timeout
+            let delay = (5u64 << e.retries.min(8)).min(1000);
+            if self.now + delay < e.submitted + CMD_TIMEOUT_MS {
+                e.retries = e.retries.saturating_add(1);
+                e.state = TagState::Delayed {
+                    until: self.now + delay,
+                };
+                self.stats.delayed_retries += 1;
+                self.next_due = self.next_due.min(self.now + delay);
+                return;
+            }
+        }
+        let retry = matches!(d.action, Action::Retry | Action::RefreshThenRetry(_));
+        if retry && e.retries < self.cfg.max_retries && self.down.is_none() {
+            e.retries += 1;
             self.stats.retries += 1;
-            self.tags[idx].state = TagState::Idle;
+            e.state = TagState::Idle;
             self.start(tag);
             return;
         }
@@ -615,6 +898,9 @@ impl<T: Transport> Channel<T> {
             .filter(|&t| matches!(self.tags[usize::from(t)].state, TagState::InFlight { .. }))
             .collect();
         order.extend(self.waiting.drain(..));
+        order.extend((0..self.cfg.depth).filter(|&t| {
+            matches!(self.tags[usize::from(t)].state, TagState::Delayed { .. })
+        }));
         for &tag in &order {
             let e = &mut self.tags[usize::from(tag)];
             e.state = TagState::Waiting;
@@ -630,6 +916,9 @@ impl<T: Transport> Channel<T> {
             .rev()
             .collect();
         self.small_pending.clear();
+        self.tmf = None;
+        self.paused = false;
+        self.last_wc = self.now;
         self.req_lim = req_lim;
         self.cfg.req_lim = req_lim;
         self.cfg.max_imm = max_imm;
@@ -663,6 +952,7 @@ impl<T: Transport> Channel<T> {
         cmd: ScsiCmd,
         timeout: std::time::Duration,
     ) -> Result<CmdOutcome, SubmitError> {
+        self.set_clock(super::clock_ms());
         self.submit(tag, cmd)?;
         let start = std::time::Instant::now();
         let mut out = None;
@@ -679,6 +969,7 @@ impl<T: Transport> Channel<T> {
                 self.fail_all(errno::EIO, &mut |_| {});
                 return Err(SubmitError::Down(d));
             }
+            self.tick(super::clock_ms());
             if start.elapsed() > timeout {
                 let d = DownReason::Transport(format!("no response within {timeout:?}"));
                 self.set_down(d.clone());

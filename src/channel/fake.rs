@@ -9,7 +9,7 @@ use super::{DataBuf, Transport, TransportError, Wc, WcKind, WcStatus};
 use crate::wire::scsi::cdb::op;
 use crate::wire::srp::{
     parse_initiator_iu, AerReq, CredReq, DataDesc, InitiatorIu, RspFlags, ScsiLun, SrpRsp, TLogout,
-    TLogoutReason,
+    TLogoutReason, TskMgmtFunc,
 };
 use std::collections::VecDeque;
 
@@ -26,6 +26,13 @@ pub struct Faults {
     pub drop_next_rsp: bool,
     /// Hold responses (not delivered until [`FakeTarget::release_held`]).
     pub hold_rsps: bool,
+    /// Answers to the next task management requests: `Some(code)` responds with that response
+    /// code, `None` leaves it unanswered; when empty, every request completes (code 0).
+    pub tmf_answers: VecDeque<Option<u8>>,
+    /// Answer the next N commands with BUSY.
+    pub busy_next: u32,
+    /// Never deliver the SEND completion of the next send.
+    pub drop_next_send_wc: bool,
 }
 
 /// The fake target.
@@ -40,6 +47,8 @@ pub struct FakeTarget {
     pub log: Vec<(u8, u64)>,
     /// Small IUs received (opcode, tag): CRED_RSP, AER_RSP, I_LOGOUT.
     pub small_ius: Vec<(u8, u64)>,
+    /// Task management requests received (function, task tag).
+    pub tmfs: Vec<(TskMgmtFunc, u64)>,
     imm_data_offset: usize,
     send_slots: Vec<Vec<u8>>,
     recv: Vec<Vec<u8>>,
@@ -62,6 +71,7 @@ impl FakeTarget {
             faults: Faults::default(),
             log: Vec::new(),
             small_ius: Vec::new(),
+            tmfs: Vec::new(),
             imm_data_offset: 68,
             send_slots: vec![vec![0; 8260]; usize::from(slots)],
             recv: vec![vec![0; 8260]; usize::from(nr_recv)],
@@ -210,11 +220,39 @@ impl FakeTarget {
         b
     }
 
+    /// A GOOD SRP_RSP for `tag` (to inject as a late or duplicate response).
+    pub fn respond_good(&mut self, tag: u64) -> Vec<u8> {
+        self.respond(tag, 0, &[], 0, 0)
+    }
+
+    /// A task management response: RSPVALID with the response code in byte 3 (as LIO sends it).
+    fn respond_tmf(&mut self, tag: u64, code: u8) -> Vec<u8> {
+        let r = SrpRsp {
+            sol_not: 0,
+            req_lim_delta: 1,
+            tag,
+            flags: RspFlags(RspFlags::RSPVALID),
+            status: 0,
+            data_out_res_cnt: 0,
+            data_in_res_cnt: 0,
+            resp_data: &[0, 0, 0, code],
+            sense: &[],
+        };
+        let mut b = vec![0u8; 64];
+        let n = r.encode(&mut b).expect("fits");
+        b.truncate(n);
+        b
+    }
+
     /// Executes one SRP_CMD; returns the SRP_RSP to send.
     fn execute(&mut self, iu: &[u8]) -> Option<Vec<u8>> {
         let p = match parse_initiator_iu(iu, self.imm_data_offset) {
             Ok(InitiatorIu::Cmd(p)) => p,
-            Ok(InitiatorIu::TskMgmt(t)) => return Some(self.respond(t.tag, 0, &[], 0, 0)),
+            Ok(InitiatorIu::TskMgmt(t)) => {
+                self.tmfs.push((t.func, t.task_tag));
+                let code = self.faults.tmf_answers.pop_front().unwrap_or(Some(0))?;
+                return Some(self.respond_tmf(t.tag, code));
+            }
             Ok(InitiatorIu::ILogout(t))
             | Ok(InitiatorIu::CredRsp(t))
             | Ok(InitiatorIu::AerRsp(t)) => {
@@ -229,6 +267,10 @@ impl FakeTarget {
         if self.faults.drop_next_rsp {
             self.faults.drop_next_rsp = false;
             return None;
+        }
+        if self.faults.busy_next > 0 {
+            self.faults.busy_next -= 1;
+            return Some(self.respond(c.tag, 0x08, &[], 0, 0));
         }
         if let Some((k, a, q)) = self.faults.check_condition.pop_front() {
             return Some(self.respond(c.tag, 0x02, &sense(k, a, q), 0, 0));
@@ -328,8 +370,9 @@ impl Transport for FakeTarget {
             len: 0,
             status: WcStatus::Ok,
         };
+        let send_wc = (!std::mem::take(&mut self.faults.drop_next_send_wc)).then_some(send_wc);
         if !self.faults.rsp_before_send {
-            self.cq.push_back(send_wc);
+            self.cq.extend(send_wc);
         }
         if let Some(r) = rsp {
             if self.faults.hold_rsps {
@@ -340,7 +383,7 @@ impl Transport for FakeTarget {
             }
         }
         if self.faults.rsp_before_send {
-            self.cq.push_back(send_wc);
+            self.cq.extend(send_wc);
         }
         Ok(())
     }

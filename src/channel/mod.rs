@@ -11,10 +11,22 @@ mod engine;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod fake;
 
-pub use engine::{Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason};
+pub use engine::{
+    Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, CMD_TIMEOUT_MS, STALL_MS,
+    TMF_TIMEOUT_MS,
+};
 
 use crate::wire::scsi::Cdb;
 use std::os::fd::RawFd;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Milliseconds since the process first asked: the clock the front ends hand their channels
+/// ([`Channel::set_clock`], [`Channel::tick`]).
+pub fn clock_ms() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
 
 /// A registered buffer the target can RDMA-read or -write (one tag's data buffer).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

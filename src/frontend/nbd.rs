@@ -10,7 +10,7 @@
 
 use crate::backend::MemDisk;
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
-use crate::channel::{Channel, DataBuf, Transport};
+use crate::channel::{clock_ms, Channel, DataBuf, Transport};
 use crate::rdma::Endpoint;
 use crate::wire::nbd::{
     self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
@@ -441,6 +441,7 @@ impl Exec {
                     bufs[usize::from(tag)],
                     ch.transport().region_buf(tag),
                 )?;
+                ch.set_clock(clock_ms());
                 ch.submit(tag, cmd).map_err(|_| libc::EIO)
             }
             Exec::Srp { ch: None, .. } => Err(libc::EIO),
@@ -466,6 +467,7 @@ impl Exec {
     fn poll(&mut self, out: &mut Vec<(u16, Result<(), i32>)>) -> usize {
         match self {
             Exec::Srp { ch: Some(ch), .. } => {
+                ch.tick(clock_ms());
                 let n = ch.process(&mut |d| {
                     let r = if d.outcome.errno != 0 {
                         Err(d.outcome.errno)

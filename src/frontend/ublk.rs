@@ -9,7 +9,7 @@
 
 use crate::backend::MemDisk;
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
-use crate::channel::{Channel, DataBuf, Done, DownReason, Transport};
+use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport};
 use crate::rdma::Endpoint;
 use crate::session::timers::{show_tmo, Timers};
 use crate::session::{Fresh, LunInfo, Relogin, Session};
@@ -17,7 +17,9 @@ use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{sys, BufDesc, BufDescList, UblkFlags, UblkIORes, UblkUringData};
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -107,6 +109,43 @@ const ADAPTIVE_SPINS: u32 = 2000;
 const OP_POLL_CQ: u32 = 1;
 const OP_POLL_CM: u32 = 2;
 const OP_CANCEL: u32 = 3;
+/// A Timeout SQE that wakes a sleeping queue for its channel's timed work (command timeouts,
+/// delayed retries) while commands are outstanding.
+const OP_TICK: u32 = 4;
+/// A PollAdd on the queue's [`SessionLink`] eventfd: another queue's channel failed.
+const OP_POLL_WAKE: u32 = 5;
+
+/// What the queues of one device share, touched only when a channel fails: a failure epoch and one
+/// eventfd per queue. The queue whose channel fails bumps the epoch and wakes the others, which take
+/// their channels down and reconnect too (ib_srp reconnects every channel of an rport together).
+struct SessionLink {
+    epoch: AtomicU32,
+    wake: Vec<EventFd>,
+}
+
+impl SessionLink {
+    fn new(queues: u16) -> Result<SessionLink, UblkFrontError> {
+        let wake = (0..queues)
+            .map(|_| EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| UblkFrontError::Setup(format!("creating the queues' eventfds: {e}")))?;
+        Ok(SessionLink {
+            epoch: AtomicU32::new(0),
+            wake,
+        })
+    }
+
+    /// Queue `qid`'s channel failed on its own: tell the others. Returns the new epoch.
+    fn fail(&self, qid: u16) -> u32 {
+        let e = self.epoch.fetch_add(1, Relaxed).wrapping_add(1);
+        for (q, fd) in self.wake.iter().enumerate() {
+            if q != usize::from(qid) {
+                let _ = fd.write(1);
+            }
+        }
+        e
+    }
+}
 
 /// Options of the ublk device.
 #[derive(Clone, Debug)]
@@ -140,6 +179,9 @@ pub enum UblkFrontError {
     /// The device cannot be recovered by this session.
     #[error("{0}")]
     Recover(String),
+    /// Setting up the queues' shared state failed.
+    #[error("{0}")]
+    Setup(String),
     /// libublk or the driver refused.
     #[error("{what}: {source}")]
     Ublk {
@@ -295,6 +337,7 @@ pub fn serve(
     let (relogin, timers) = (session.relogin.clone(), opts.timers);
     let cpus = opts.cpus.clone();
     let status2 = status.clone();
+    let shared = Arc::new(SessionLink::new(nr_queues)?);
     let q_fn = move |qid: u16, dev: &UblkDev| {
         let ch = channels
             .lock()
@@ -316,8 +359,9 @@ pub fn serve(
             fail_fast: false,
             lost: false,
             gen: 0,
+            epoch: 0,
         };
-        if let Err(e) = run_queue(qid, dev, ch, geo, mode, link, st) {
+        if let Err(e) = run_queue(qid, dev, ch, geo, mode, link, st, &shared) {
             tracing::error!("queue {qid}: {e}");
         }
     };
@@ -560,6 +604,8 @@ struct Link {
     lost: bool,
     /// Bumped with every new endpoint: completions of polls on an old one's fds are ignored.
     gen: u16,
+    /// The [`SessionLink`] failure epoch this queue has acted on.
+    epoch: u32,
 }
 
 impl Link {
@@ -575,12 +621,10 @@ impl Link {
 
 /// One CM step of a reconnect attempt at most (the queue checks its deadlines between attempts).
 const RELOGIN_STEP: Duration = Duration::from_secs(5);
-/// Commands outstanding with no completion for this long: the channel is taken down and reconnected
-/// (the SCSI layer's default command timeout).
-const STALL_LIMIT: Duration = Duration::from_secs(30);
 /// How long a queue whose channel is down sleeps between looks at the ring and its timers.
 const DOWN_TICK: Duration = Duration::from_millis(50);
 
+#[allow(clippy::too_many_arguments)]
 fn run_queue(
     qid: u16,
     dev: &UblkDev,
@@ -589,6 +633,7 @@ fn run_queue(
     mode: PollMode,
     mut link: Link,
     status: &QueueStatus,
+    shared: &SessionLink,
 ) -> Result<(), String> {
     init_ring(dev)?;
     let q = UblkQueue::new(qid, dev).map_err(|e| format!("creating the queue: {e}"))?;
@@ -606,11 +651,21 @@ fn run_queue(
     let (mut cq_poll_pending, mut cm_poll_pending) = (false, false);
     let mut spins = 0u32;
     let mut loops = 0u32;
-    let mut stalled_since: Option<Instant> = None;
+    // the Timeout SQE's duration: read by the kernel when the SQE is submitted
+    let mut tick_ts: io_uring::types::Timespec;
+    let mut tick_pending = false;
+    let wake_fd = shared.wake[usize::from(qid)].as_raw_fd();
+    let mut wake_pending = false;
     status.publish(&res.ch, link.state());
     loop {
+        if !wake_pending {
+            wake_pending = submit_poll(&q, wake_fd, OP_POLL_WAKE, 0);
+        }
         loops = loops.wrapping_add(1);
         let up = link.since.is_none();
+        if up {
+            res.ch.tick(clock_ms());
+        }
         if let (true, false, Some(fd)) = (up, cm_poll_pending, res.ch.transport().cm_fd()) {
             cm_poll_pending = submit_poll(&q, fd, OP_POLL_CM, link.gen);
         }
@@ -637,8 +692,17 @@ fn run_queue(
             if complete_ready(&q, &mut res) > 0 {
                 to_wait = 0;
             }
+            if let (false, Some(ms)) = (tick_pending, res.ch.next_tick_in()) {
+                tick_ts = Duration::from_millis(ms.clamp(1, 1000)).into();
+                let sqe = io_uring::opcode::Timeout::new(&tick_ts)
+                    .build()
+                    .user_data(UblkIOCtx::build_user_data(0, OP_TICK, 0, true));
+                tick_pending = q.ublk_submit_sqe_sync(sqe).is_ok();
+            }
         }
         let (mut cq_fired, mut cm_fired) = (false, false);
+        // commands arriving after a sleep are stamped with the time they arrive
+        let mut clock_set = false;
         // A spin with nothing to submit, reap or run in the kernel skips io_uring_enter (one in 64
         // enters anyway, should a kernel not raise the task-run flag).
         let skip = to_wait == 0 && up && loops % 64 != 0 && !ring_needs_enter();
@@ -653,9 +717,15 @@ fn run_queue(
                         match UblkIOCtx::user_data_to_op(data) {
                             OP_POLL_CQ if current => cq_fired = true,
                             OP_POLL_CM if current => cm_fired = true,
+                            OP_TICK => tick_pending = false,
+                            OP_POLL_WAKE => wake_pending = false,
                             _ => {}
                         }
                     } else if cqe.result() == sys::UBLK_IO_RES_OK as i32 {
+                        if !clock_set {
+                            res.ch.set_clock(clock_ms());
+                            clock_set = true;
+                        }
                         start_io(&q, &mut res, geo, UblkIOCtx::user_data_to_tag(data) as u16);
                     }
                 },
@@ -672,29 +742,23 @@ fn run_queue(
                 tracing::warn!("queue {qid}: connection event {ev}");
             }
         }
+        if !wake_pending {
+            let _ = shared.wake[usize::from(qid)].read();
+        }
+        // another queue's channel failed: this one reconnects too
+        let epoch = shared.epoch.load(Relaxed);
+        if epoch != link.epoch {
+            link.epoch = epoch;
+            if res.ch.down().is_none() {
+                res.ch.declare_down(DownReason::Session);
+            }
+        }
         let n = complete_ready(&q, &mut res);
         spins = if n > 0 || !busy {
             0
         } else {
             spins.saturating_add(1)
         };
-        // commands outstanding and nothing completing for STALL_LIMIT: the channel is as good as
-        // dead (e.g. the target side of an idle QP went away while the fabric was down, and the RC
-        // retries are not running out); the loop wakes at least every 20 s (libublk's idle wait)
-        if !up || !busy || n > 0 {
-            stalled_since = None;
-        } else {
-            let now = Instant::now();
-            let since = *stalled_since.get_or_insert(now);
-            if now.duration_since(since) >= STALL_LIMIT {
-                let outstanding = res.ch.busy();
-                res.ch.declare_down(DownReason::Transport(format!(
-                    "no completion for {} s with {outstanding} command(s) outstanding",
-                    STALL_LIMIT.as_secs()
-                )));
-                stalled_since = None;
-            }
-        }
         if res.ch.down().is_some() {
             if link.since.is_none() {
                 // the polls on this endpoint's fds: cancel them, they would never fire again
@@ -707,6 +771,9 @@ fn run_queue(
                 (cq_poll_pending, cm_poll_pending) = (false, false);
                 // what the cancelled polls report belongs to the old endpoint
                 link.gen = link.gen.wrapping_add(1);
+                if res.ch.down() != Some(&DownReason::Session) {
+                    link.epoch = shared.fail(qid);
+                }
             }
             on_down(qid, &q, &mut res, &mut link, status);
             if link.since.is_some() && r.is_ok() {
@@ -750,6 +817,10 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
     });
     let down_for = now.duration_since(since);
     status.publish(&res.ch, link.state());
+    // the device under the channel is going away: let go of it at once (the removal waits for us)
+    if res.ch.transport().release_if_removed() {
+        crate::rdma::forget_removed_devices();
+    }
     if !link.fail_fast && link.timers.fast_io_fail().is_some_and(|t| down_for >= t) {
         link.fail_fast = true;
         tracing::warn!("queue {qid}: fast_io_fail_tmo expired after {down_for:.1?}: failing I/O");

@@ -124,6 +124,11 @@ pub struct Endpoint {
     dest: SocketAddr,
     device: String,
     port_guid: u64,
+    /// The device's uverbs node in sysfs (`/sys/class/infiniband_verbs/uverbsN`): it goes first
+    /// when the device is removed.
+    dev_path: std::path::PathBuf,
+    /// The CM reported RDMA_CM_EVENT_DEVICE_REMOVAL.
+    removal_event: bool,
 }
 
 // SAFETY: the verbs and CM objects behind these pointers may be used from any thread (libibverbs and
@@ -200,6 +205,8 @@ impl Endpoint {
             dest,
             device: String::new(),
             port_guid: 0,
+            dev_path: std::path::PathBuf::new(),
+            removal_event: false,
         }
     }
 
@@ -211,8 +218,12 @@ impl Endpoint {
             Route::IbCm { .. } => SocketAddr::from(([0, 0, 0, 0], 0)),
         };
         let mut ep = Endpoint::empty(dest);
-        ep.open(p)?;
-        Ok(ep)
+        let r = {
+            let _l = super::lifecycle();
+            ep.open(p)
+        };
+        // a failed login is torn down (by the drop) outside the lock, which close() takes
+        r.map(|_| ep)
     }
 
     fn open(&mut self, p: &ConnectParams) -> Result<(), RdmaError> {
@@ -290,6 +301,11 @@ impl Endpoint {
                 detail: "no RDMA device on the route".into(),
             });
         }
+        // SAFETY: ctx is a valid device context whose device's dev_path is a NUL-terminated array.
+        self.dev_path = unsafe {
+            let p = std::ffi::CStr::from_ptr((*(*ctx).device).dev_path.as_ptr());
+            std::path::PathBuf::from(p.to_string_lossy().into_owned())
+        };
         // SAFETY: ctx is a valid device context; ibv_get_device_name returns a static C string.
         self.device = unsafe {
             let name = ibv_get_device_name((*ctx).device);
@@ -577,6 +593,9 @@ impl Endpoint {
     pub fn poll_cm(&mut self) -> Option<String> {
         let ev = self.try_event()?;
         let name = event_name(ev.kind);
+        if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_DEVICE_REMOVAL {
+            self.removal_event = true;
+        }
         if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_DISCONNECTED
             || ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_DEVICE_REMOVAL
             || ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_TIMEWAIT_EXIT
@@ -646,6 +665,10 @@ impl Endpoint {
     /// nothing the target does can reach the registered buffers, no completion arrives, posting fails
     /// and polling finds nothing: a channel that went down can be failed or re-issued safely.
     pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        let _l = super::lifecycle();
         self.disconnect();
         if self.qp_created {
             self.drain();
@@ -692,6 +715,25 @@ impl Endpoint {
             self.ec = null_mut();
         }
         self.closed = true;
+    }
+
+    /// Whether the RDMA device under this endpoint is being removed (`rdma link delete`, a driver
+    /// unload): its uverbs node is gone, or the CM said so. The kernel finishes the removal only
+    /// once every user of the device has closed it: [`Endpoint::close`] this endpoint, then
+    /// [`super::forget_removed_devices`].
+    pub fn device_removed(&self) -> bool {
+        self.removal_event || (!self.dev_path.as_os_str().is_empty() && !self.dev_path.exists())
+    }
+
+    /// Closes this endpoint now if its device is being removed (see [`Endpoint::device_removed`]);
+    /// returns whether it did.
+    pub fn release_if_removed(&mut self) -> bool {
+        if self.closed || !self.device_removed() {
+            return false;
+        }
+        tracing::warn!("RDMA device {} is being removed: releasing it", self.device);
+        self.close();
+        true
     }
 
     /// Whether [`Endpoint::close`] or [`Endpoint::quiesce`] stopped the channel.

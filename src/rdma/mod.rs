@@ -101,6 +101,32 @@ fn rej_hint(reason: LoginRejReason, dest: &SocketAddr) -> String {
     }
 }
 
+/// The lock every thread holds across librdmacm's lifecycle calls (a login, an endpoint's teardown,
+/// [`forget_removed_devices`]): librdmacm 44 can leave its internal lock held when a device list
+/// sync runs concurrently with another thread destroying an id, wedging every later call. Never taken
+/// on the I/O path.
+pub(crate) fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Has librdmacm re-read the device list, so that it closes its own handle on a device that is
+/// being removed (it keeps one open per device; the kernel waits for every handle before it lets
+/// the device go). Call after closing every endpoint on the device. librdmacm skips the re-read when
+/// no RDMA device is left at all, so then its handle stays until the process exits.
+pub fn forget_removed_devices() {
+    let _l = lifecycle();
+    let mut n = 0;
+    // SAFETY: rdma_get_devices returns a NULL-terminated array (or NULL) that rdma_free_devices
+    // releases; nothing is kept from it.
+    unsafe {
+        let list = rdma_sys::rdma_get_devices(&mut n);
+        if !list.is_null() {
+            rdma_sys::rdma_free_devices(list);
+        }
+    }
+}
+
 impl RdmaError {
     pub(crate) fn os(op: &'static str) -> Self {
         RdmaError::Os {

@@ -5,7 +5,7 @@ use super::*;
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
 use crate::channel::fake::FakeTarget;
 use crate::wire::scsi::Cdb;
-use crate::wire::srp::opcode;
+use crate::wire::srp::{opcode, TskMgmtFunc};
 
 const DEPTH: u16 = 8;
 const GEO: Geometry = Geometry {
@@ -417,4 +417,159 @@ fn fast_io_fail_fails_held_commands_and_refuses_new_ones() {
     assert_eq!(ch.busy(), 0);
     let cmd = to_scsi(BlockOp::Read, 0, 4096, &GEO, bufs[2], &mut []).unwrap();
     assert!(matches!(ch.submit(2, cmd), Err(SubmitError::Down(_))));
+}
+
+/// Ticks the channel's clock forward to `ms` (in 100 ms steps, draining between) and returns what
+/// completed on the way.
+fn run_until(ch: &mut Channel<FakeTarget>, from: u64, ms: u64) -> Vec<Done> {
+    let mut out = Vec::new();
+    let mut now = from;
+    while now <= ms {
+        ch.tick(now);
+        out.extend(drain(ch));
+        now += 100;
+    }
+    out
+}
+
+#[test]
+fn lost_response_is_aborted_and_sent_again_late_response_dropped() {
+    let (mut ch, bufs) = setup(16);
+    ch.tick(1_000);
+    ch.transport().faults.drop_next_rsp = true;
+    ch.transport().buf(bufs[0])[..512].fill(0x5a);
+    io(&mut ch, &bufs, 0, BlockOp::Write { fua: false }, 0, 512);
+    let first_tag = ch.transport().log[0].1;
+    assert!(run_until(&mut ch, 1_000, 30_900).is_empty(), "nothing before the timeout");
+    assert!(ch.transport().tmfs.is_empty());
+    let done = run_until(&mut ch, 31_000, 31_500);
+    assert_eq!(
+        ch.transport().tmfs,
+        vec![(TskMgmtFunc::AbortTask, first_tag)],
+        "ABORT TASK names the lost command's SRP tag"
+    );
+    assert_eq!(done.len(), 1, "sent again after the abort, and completed");
+    assert_eq!(done[0].outcome.errno, 0);
+    assert_eq!(&ch.transport().disk[..512], &[0x5a; 512][..]);
+    let second_tag = ch.transport().log[1].1;
+    assert_ne!(first_tag, second_tag, "a new tag generation");
+    // the first attempt's response, arriving late now, matches nothing
+    let late = ch.transport().respond_good(first_tag);
+    ch.transport().inject(late);
+    assert!(drain(&mut ch).is_empty());
+    assert_eq!(ch.stats().unexpected_rsp, 1);
+    assert_eq!((ch.stats().timeouts, ch.stats().tmfs), (1, 1));
+    assert!(ch.down().is_none());
+    assert_eq!(ch.busy(), 0);
+}
+
+#[test]
+fn abort_refused_escalates_to_lun_reset_then_down() {
+    let (mut ch, bufs) = setup(16);
+    ch.tick(0);
+    ch.transport().faults.drop_next_rsp = true;
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    // ABORT TASK refused (FUNCTION FAILED), LUN RESET unanswered
+    ch.transport().faults.tmf_answers.extend([Some(0x05), None]);
+    ch.transport().faults.hold_rsps = true;
+    io(&mut ch, &bufs, 1, BlockOp::Read, 512, 512);
+    ch.transport().faults.hold_rsps = false;
+    assert!(run_until(&mut ch, 0, 30_500).is_empty());
+    assert_eq!(ch.transport().tmfs.len(), 2, "ABORT TASK, then LUN RESET");
+    assert_eq!(ch.transport().tmfs[1].0, TskMgmtFunc::LunReset);
+    // while the reset is out, nothing new is sent
+    let sent = ch.transport().log.len();
+    io(&mut ch, &bufs, 2, BlockOp::Read, 1024, 512);
+    drain(&mut ch);
+    assert_eq!(ch.transport().log.len(), sent, "held behind LUN RESET");
+    assert!(ch.down().is_none());
+    run_until(&mut ch, 30_600, 35_600);
+    assert!(
+        matches!(ch.down(), Some(DownReason::Timeout(_))),
+        "unanswered LUN RESET takes the channel down: {:?}",
+        ch.down()
+    );
+    assert_eq!(ch.busy(), 3, "nothing lost: all three wait for the reconnect");
+}
+
+#[test]
+fn lun_reset_success_resends_everything_outstanding() {
+    let (mut ch, bufs) = setup(16);
+    ch.tick(0);
+    ch.transport().faults.hold_rsps = true;
+    for tag in 0..3 {
+        io(&mut ch, &bufs, tag, BlockOp::Read, u64::from(tag) * 512, 512);
+    }
+    ch.transport().faults.hold_rsps = false;
+    // the held responses are never released: ABORT TASK unanswered, LUN RESET completes
+    ch.transport().faults.tmf_answers.push_back(None);
+    let done = run_until(&mut ch, 0, 36_000);
+    assert_eq!(ch.transport().tmfs.len(), 2);
+    assert_eq!(done.len(), 3, "all three sent again after the reset");
+    assert!(done.iter().all(|d| d.outcome.errno == 0));
+    assert_eq!(ch.transport().log.len(), 6);
+    assert!(ch.down().is_none());
+}
+
+#[test]
+fn no_credit_for_task_management_takes_the_channel_down() {
+    // 2 credits: one command out, the last credit kept for task management; the lost response
+    // returns nothing, so the ABORT takes the last one -- and with 1 credit it can still go
+    let (mut ch, bufs) = setup(2);
+    ch.tick(0);
+    ch.transport().faults.drop_next_rsp = true;
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    ch.transport().faults.tmf_answers.push_back(None);
+    run_until(&mut ch, 0, 35_500);
+    assert_eq!(ch.transport().tmfs.len(), 1, "ABORT TASK took the kept credit");
+    assert!(
+        matches!(ch.down(), Some(DownReason::Timeout(_))),
+        "no credit for LUN RESET: down ({:?})",
+        ch.down()
+    );
+}
+
+#[test]
+fn busy_is_retried_with_backoff_within_the_command_timeout() {
+    let (mut ch, bufs) = setup(16);
+    ch.tick(0);
+    ch.transport().faults.busy_next = 3;
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    assert!(drain(&mut ch).is_empty(), "BUSY: waits");
+    assert_eq!(ch.next_tick_in(), Some(5), "first retry after 5 ms");
+    let mut done = Vec::new();
+    let mut now = 0;
+    while done.is_empty() && now < 1_000 {
+        now += 1;
+        ch.tick(now);
+        done.extend(drain(&mut ch));
+    }
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].outcome.errno, 0);
+    assert_eq!(now, 5 + 10 + 20, "5, 10, 20 ms apart");
+    assert_eq!(ch.stats().delayed_retries, 3);
+    // a target that stays busy: EBUSY once the command is CMD_TIMEOUT_MS old
+    ch.transport().faults.busy_next = u32::MAX;
+    io(&mut ch, &bufs, 1, BlockOp::Read, 0, 512);
+    let done = run_until(&mut ch, now, now + CMD_TIMEOUT_MS + 1_000);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].outcome.errno, errno::EBUSY);
+    assert!(ch.down().is_none());
+}
+
+#[test]
+fn send_never_completing_takes_the_channel_down_at_the_timeout() {
+    let (mut ch, bufs) = setup(16);
+    ch.tick(0);
+    ch.transport().faults.drop_next_send_wc = true;
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    assert!(drain(&mut ch).is_empty(), "response in, SEND not completed: waits");
+    run_until(&mut ch, 0, CMD_TIMEOUT_MS + 500);
+    assert!(
+        matches!(ch.down(), Some(DownReason::Timeout(_))),
+        "a SEND the HCA never finishes: down at the command timeout ({:?})",
+        ch.down()
+    );
+    assert_eq!(ch.transport().tmfs.len(), 0);
+    assert_eq!(ch.busy(), 1);
 }

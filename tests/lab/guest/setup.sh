@@ -36,7 +36,12 @@ lab_setup_target() {
     echo 1 > $CFG/core/rd_mcp_0/ramdisk0/enable || return 1
     mkdir -p $CFG/srpt
     echo $LAB_PORT > $CFG/srpt/discovery_auth/rdma_cm_port || return 1
-    # target port name: the port GUID (interface ID of GID 0), "xxxx:xxxx:xxxx:xxxx"
+    lab_target_port
+}
+
+# lab_target_port: LIO's target port on rxe0 (named by its port GUID, the interface ID of GID 0,
+# "xxxx:xxxx:xxxx:xxxx") with lun_0 and the ACL; sets TPG. Also used after rxe0 is re-created.
+lab_target_port() {
     GUIDNAME=$(cut -d: -f5-8 /sys/class/infiniband/rxe0/ports/1/gids/0)
     TPG=$CFG/srpt/$GUIDNAME/tpgt_1
     mkdir -p $TPG/lun/lun_0 || return 1
@@ -45,6 +50,13 @@ lab_setup_target() {
     # node ACL named by the target-side IP of RDMA/CM logins (REPORT.md gotcha 9)
     mkdir -p $TPG/acls/$LAB_IP/lun_0 && ln -s $TPG/lun/lun_0 $TPG/acls/$LAB_IP/lun_0/lun_0 || return 1
     echo "target: $TPG lun_0 -> rd_mcp ramdisk0 ${SRP_LUN_MB} MiB, RDMA/CM port $LAB_PORT, ACL $LAB_IP"
+}
+
+# lab_target_port_remove TPG: takes the target port's configuration apart (what is left of it once
+# its RDMA device was removed), innermost first
+lab_target_port_remove() {
+    rm -f "$1/acls/$LAB_IP/lun_0/lun_0" "$1/lun/lun_0/ramdisk0"
+    rmdir "$1/acls/$LAB_IP/lun_0" "$1/acls/$LAB_IP" "$1/lun/lun_0" "$1" "$(dirname "$1")"
 }
 
 lab_setup() {

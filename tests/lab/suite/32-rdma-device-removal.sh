@@ -1,0 +1,39 @@
+# The RDMA device is removed and comes back (rdma link delete rxe0 / add) under verified writes,
+# twice: srp-ublk lets go of the device at once (the delete completes: the kernel waits for every
+# user), holds I/O while it is gone, reconnects once the device and the LIO port are back; 0 verify
+# errors. A second device (rxe1 on dummy1) stays up throughout: librdmacm re-reads its device list,
+# and so closes its handle on the removed one, only while some device is left.
+. /usr/lib/srp-lab/suite/lib.sh
+. /usr/lib/srp-lab/setup.sh
+ublk_cleanup   # nothing left over from an earlier test may count in the queue states below
+ip link add dummy1 type dummy 2>/dev/null; ip link set dummy1 up
+rdma link show rxe1 >/dev/null 2>&1 || rdma link add rxe1 type rxe netdev dummy1 || fail "adding rxe1"
+restore() {   # whatever the test left half done: rxe0 and the LIO port back
+    [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
+    waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10
+    [ -d "$SRP_TPG" ] || lab_target_port >/dev/null
+}
+trap 'restore; show_logs; ublk_cleanup' EXIT
+dev=$(ublk_add --queues 2 --reconnect-delay 2 --fast-io-fail-tmo 90 --dev-loss-tmo 300) || fail "srp-ublk add: $dev"
+verify_start "$dev" 64m
+sleep 5
+r0=$(reconnects)
+fault_down() {   # rxe0 deleted (bounded: the delete waits for every user of the device), gone 5 s
+    _t=$(now)
+    rdma link delete rxe0 & _p=$!
+    _i=0; while kill -0 $_p 2>/dev/null && [ $_i -lt 600 ]; do sleep 0.1; _i=$((_i + 1)); done
+    kill -0 $_p 2>/dev/null && fail "removal $1: rdma link delete rxe0 did not finish within 60 s (a user kept the device)"
+    wait $_p || fail "removal $1: rdma link delete rxe0 failed"
+    echo "removal $1: rdma link delete took $(since "$_t") s; states: $(queue_states)"
+    lab_target_port_remove "$SRP_TPG"
+    sleep 5
+}
+fault_up() {   # rxe0 back (same MAC: same GID), the LIO port configured again
+    rdma link add rxe0 type rxe netdev dummy0 && waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 &&
+        lab_target_port >/dev/null
+}
+fault_cycles 2 removal "$dev" 60
+fault_finish "$r0"
+trap - EXIT
+ublk_cleanup
+rdma link delete rxe1; ip link delete dummy1
