@@ -535,7 +535,13 @@ impl<T: Transport> Channel<T> {
         }
         self.stats.timeouts += 1;
         let e = self.tags[usize::from(tag)];
-        if !matches!(e.state, TagState::InFlight { send_done: true, .. }) {
+        if !matches!(
+            e.state,
+            TagState::InFlight {
+                send_done: true,
+                ..
+            }
+        ) {
             // the HCA never finished sending it: the QP is stuck, only a reconnect frees the slot
             self.set_down(DownReason::Timeout(format!(
                 "command (tag {tag}) not sent by the HCA within {} s",
@@ -617,7 +623,10 @@ impl<T: Transport> Channel<T> {
         };
         let ok = info.tmf_code.unwrap_or(info.status) == TSK_MGMT_COMPLETE;
         if !ok {
-            let why = format!("refused (response code {:#x})", info.tmf_code.unwrap_or(0xff));
+            let why = format!(
+                "refused (response code {:#x})",
+                info.tmf_code.unwrap_or(0xff)
+            );
             return self.escalate(t, &why);
         }
         self.tmf = None;
@@ -633,7 +642,13 @@ impl<T: Transport> Channel<T> {
         };
         for tag in ended {
             let e = &mut self.tags[usize::from(tag)];
-            if matches!(e.state, TagState::InFlight { send_done: true, .. }) {
+            if matches!(
+                e.state,
+                TagState::InFlight {
+                    send_done: true,
+                    ..
+                }
+            ) {
                 tracing::info!("{:?} done: tag {tag} sent again", t.func);
                 e.state = TagState::Idle;
                 e.rsp = None;
@@ -898,9 +913,10 @@ impl<T: Transport> Channel<T> {
             .filter(|&t| matches!(self.tags[usize::from(t)].state, TagState::InFlight { .. }))
             .collect();
         order.extend(self.waiting.drain(..));
-        order.extend((0..self.cfg.depth).filter(|&t| {
-            matches!(self.tags[usize::from(t)].state, TagState::Delayed { .. })
-        }));
+        order.extend(
+            (0..self.cfg.depth)
+                .filter(|&t| matches!(self.tags[usize::from(t)].state, TagState::Delayed { .. })),
+        );
         for &tag in &order {
             let e = &mut self.tags[usize::from(tag)];
             e.state = TagState::Waiting;

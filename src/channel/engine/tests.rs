@@ -440,7 +440,10 @@ fn lost_response_is_aborted_and_sent_again_late_response_dropped() {
     ch.transport().buf(bufs[0])[..512].fill(0x5a);
     io(&mut ch, &bufs, 0, BlockOp::Write { fua: false }, 0, 512);
     let first_tag = ch.transport().log[0].1;
-    assert!(run_until(&mut ch, 1_000, 30_900).is_empty(), "nothing before the timeout");
+    assert!(
+        run_until(&mut ch, 1_000, 30_900).is_empty(),
+        "nothing before the timeout"
+    );
     assert!(ch.transport().tmfs.is_empty());
     let done = run_until(&mut ch, 31_000, 31_500);
     assert_eq!(
@@ -489,7 +492,11 @@ fn abort_refused_escalates_to_lun_reset_then_down() {
         "unanswered LUN RESET takes the channel down: {:?}",
         ch.down()
     );
-    assert_eq!(ch.busy(), 3, "nothing lost: all three wait for the reconnect");
+    assert_eq!(
+        ch.busy(),
+        3,
+        "nothing lost: all three wait for the reconnect"
+    );
 }
 
 #[test]
@@ -498,7 +505,14 @@ fn lun_reset_success_resends_everything_outstanding() {
     ch.tick(0);
     ch.transport().faults.hold_rsps = true;
     for tag in 0..3 {
-        io(&mut ch, &bufs, tag, BlockOp::Read, u64::from(tag) * 512, 512);
+        io(
+            &mut ch,
+            &bufs,
+            tag,
+            BlockOp::Read,
+            u64::from(tag) * 512,
+            512,
+        );
     }
     ch.transport().faults.hold_rsps = false;
     // the held responses are never released: ABORT TASK unanswered, LUN RESET completes
@@ -521,7 +535,11 @@ fn no_credit_for_task_management_takes_the_channel_down() {
     io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
     ch.transport().faults.tmf_answers.push_back(None);
     run_until(&mut ch, 0, 35_500);
-    assert_eq!(ch.transport().tmfs.len(), 1, "ABORT TASK took the kept credit");
+    assert_eq!(
+        ch.transport().tmfs.len(),
+        1,
+        "ABORT TASK took the kept credit"
+    );
     assert!(
         matches!(ch.down(), Some(DownReason::Timeout(_))),
         "no credit for LUN RESET: down ({:?})",
@@ -563,7 +581,10 @@ fn send_never_completing_takes_the_channel_down_at_the_timeout() {
     ch.tick(0);
     ch.transport().faults.drop_next_send_wc = true;
     io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
-    assert!(drain(&mut ch).is_empty(), "response in, SEND not completed: waits");
+    assert!(
+        drain(&mut ch).is_empty(),
+        "response in, SEND not completed: waits"
+    );
     run_until(&mut ch, 0, CMD_TIMEOUT_MS + 500);
     assert!(
         matches!(ch.down(), Some(DownReason::Timeout(_))),
