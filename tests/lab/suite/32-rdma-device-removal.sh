@@ -34,6 +34,10 @@ fault_up() {   # rxe0 back (same MAC: same GID), the LIO port configured again
 }
 fault_cycles 2 removal "$dev" 60
 fault_finish "$r0"
+# the delete finished because srp-ublk let go of the device (rxe cannot revoke a user's handle)
+rel=$(cat /run/srp-ublk/logs/*.log | grep -c 'is being removed: releasing it')
+[ "$rel" -ge 2 ] || fail "the daemon did not log releasing the removed device (${rel} times)"
+ok "the daemon released the removed device $rel times (queues x removals)"
 trap - EXIT
 ublk_cleanup
 rdma link delete rxe1; ip link delete dummy1
