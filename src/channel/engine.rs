@@ -343,6 +343,16 @@ impl<T: Transport> Channel<T> {
         &self.cfg
     }
 
+    /// Points later commands at another logical unit (the same I_T nexus reaches every LUN the
+    /// target maps; discovery walks them on one channel). Only while nothing is outstanding.
+    pub fn set_lun(&mut self, lun: ScsiLun) -> Result<(), SubmitError> {
+        if self.busy > 0 {
+            return Err(SubmitError::Busy(0));
+        }
+        self.cfg.lun = lun;
+        Ok(())
+    }
+
     /// Queues `cmd` under `tag`; it is sent at once if a credit is free. While the channel is down
     /// it is refused, or, with [`Channel::set_hold`], kept for the reconnect.
     pub fn submit(&mut self, tag: u16, cmd: ScsiCmd) -> Result<(), SubmitError> {

@@ -14,6 +14,8 @@ use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
 use srp_ublk::session::timers::{parse_tmo, TimerError, Timers, Tmo};
 use srp_ublk::session::Session;
 use srp_ublk::wire::target::TargetSpec;
+
+use super::LunSel;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
@@ -122,6 +124,17 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
     if a.recover && a.id < 0 {
         bail!("--recover needs the device id: -n N");
     }
+    if let Some(t) = &target {
+        let luns = match &a.session.lun {
+            Some(LunSel::All) => Some(all_luns(t, a.session.timeout)?),
+            Some(LunSel::List(l)) if l.len() > 1 => Some(l.clone()),
+            _ => None,
+        };
+        if let Some(luns) = luns {
+            return add_each(&a, &luns);
+        }
+        a.session.single_lun(Some(t))?;
+    }
     if std::env::var_os(DAEMON_ENV).is_some() {
         return daemon(a, target, true);
     }
@@ -130,6 +143,58 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
     }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     spawn_daemon(&argv, a.session.timeout, a.json)
+}
+
+/// Every LUN the target reports that can be a block device (the others are named, then skipped).
+fn all_luns(t: &TargetSpec, timeout: u64) -> anyhow::Result<Vec<u64>> {
+    let found = srp_ublk::session::discover::discover_luns(t, Duration::from_secs(timeout))
+        .context("listing the target's LUNs")?;
+    let mut luns = Vec::new();
+    for f in found {
+        match f.info {
+            Ok(_) => luns.push(f.lun),
+            Err(e) => eprintln!("skipping LUN {}: {e}", f.lun),
+        }
+    }
+    if luns.is_empty() {
+        bail!(
+            "the target reports no LUN that can be a block device (check its LUN mapping and ACL)"
+        );
+    }
+    Ok(luns)
+}
+
+/// `add` for several LUNs: one daemon and device per LUN, one after the other (each logs in to the
+/// nexus the earlier ones hold with MULTI); stops at the first failure, keeping what came up.
+fn add_each(a: &AddArgs, luns: &[u64]) -> anyhow::Result<()> {
+    if a.foreground || a.recover || a.id >= 0 {
+        bail!("several LUNs make several devices, each with its own daemon: drop --foreground, --recover and -n");
+    }
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    for &lun in luns {
+        let mut args = without_lun(&argv);
+        args.push("--lun".into());
+        args.push(lun.to_string().into());
+        spawn_daemon(&args, a.session.timeout, a.json).with_context(|| format!("LUN {lun}"))?;
+    }
+    Ok(())
+}
+
+/// `argv` without its `--lun X` / `--lun=X`.
+fn without_lun(argv: &[std::ffi::OsString]) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut skip = false;
+    for a in argv {
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        match a.to_str() {
+            Some("--lun") => skip = true,
+            Some(s) if s.starts_with("--lun=") => {}
+            _ => out.push(a.clone()),
+        }
+    }
+    out
 }
 
 /// The ublk driver must be there before anything else happens.
@@ -272,6 +337,12 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
                 DeviceState::path(info.dev_id).display()
             );
         }
+        // udev saw the disk appear before this state file existed: let it look again, so
+        // udev/60-srp-ublk.rules can name it (`srp-ublk udev-id`)
+        let uevent = format!("/sys/class/block/ublkb{}/uevent", info.dev_id);
+        if let Err(e) = std::fs::write(&uevent, "change") {
+            tracing::debug!("cannot write {uevent}: {e}");
+        }
         tracing::info!("{} is live (ublk device {})", info.bdev, info.dev_id);
         if notify {
             println!("READY {}", serde_json::to_string(&info).unwrap_or_default());
@@ -315,7 +386,14 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
 }
 
 fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, DeviceState)> {
-    let session = Session::open(target, &a.session.options())?;
+    let mut opts = a.session.options(Some(target))?;
+    opts.share_nexus = nexus_in_use(target);
+    if opts.share_nexus {
+        tracing::info!(
+            "another srp-ublk device uses this target's I_T nexus: channel 0 logs in with MULTI"
+        );
+    }
+    let session = Session::open(target, &opts)?;
     tracing::info!(
         "LUN {}: {} {} {} bytes, block {} bytes, {} queues x depth {}, wce {} fua {} ro {}",
         session.lun.lun,
@@ -355,6 +433,16 @@ fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, D
         ..Default::default()
     };
     Ok((UblkSource::Srp(Box::new(session)), state))
+}
+
+/// Whether a live srp-ublk device (another LUN of the target, say) has channels in the nexus a
+/// login to `target` would join.
+fn nexus_in_use(target: &TargetSpec) -> bool {
+    DeviceState::all().iter().any(|d| {
+        d.pid != std::process::id()
+            && d.daemon_alive()
+            && TargetSpec::parse(&d.target).is_ok_and(|t| t.same_nexus(target))
+    })
 }
 
 fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {

@@ -2,22 +2,26 @@
 
 pub mod add;
 pub mod del;
+pub mod discover;
 pub mod features;
 pub mod list;
 pub mod recover;
 pub mod serve;
 pub mod target;
+pub mod udev_id;
 
 use clap::{Args, Parser, Subcommand};
 use srp_ublk::session::SessionOptions;
+use srp_ublk::wire::target::TargetSpec;
 use std::time::Duration;
 
 /// How the SRP session is set up: shared by the front ends (`add` for ublk, `serve` for NBD).
 #[derive(Debug, Args, Clone)]
 pub struct SessionArgs {
-    /// The LUN to serve.
-    #[arg(long, default_value_t = 0)]
-    pub lun: u64,
+    /// The LUN to serve (default: the target string's lun=, else 0). `add` also takes a list
+    /// ("0,2") or "all" (every LUN the target reports): one device per LUN.
+    #[arg(long, value_parser = parse_lun_sel, value_name = "N|N,M,...|all")]
+    pub lun: Option<LunSel>,
     /// SRP channels: ublk queues for `add`, concurrent connections for `serve`
     /// (default: online CPUs, capped by the target string's ch_count).
     #[arg(long, short = 'q')]
@@ -30,15 +34,56 @@ pub struct SessionArgs {
     pub timeout: u64,
 }
 
+/// Which LUNs: some, or every LUN the target reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LunSel {
+    /// These.
+    List(Vec<u64>),
+    /// REPORT LUNS decides.
+    All,
+}
+
+fn parse_lun_sel(s: &str) -> Result<LunSel, String> {
+    if s == "all" {
+        return Ok(LunSel::All);
+    }
+    let luns = s
+        .split(',')
+        .map(|t| t.trim().parse::<u64>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| format!("'{s}': expected a LUN number, a list like 0,2, or all"))?;
+    if luns.is_empty() {
+        return Err("no LUN given".into());
+    }
+    Ok(LunSel::List(luns))
+}
+
 impl SessionArgs {
-    /// As session options.
-    pub fn options(&self) -> SessionOptions {
-        SessionOptions {
+    /// The one LUN to serve: `--lun N`, else the target string's `lun=`, else 0.
+    pub fn single_lun(&self, target: Option<&TargetSpec>) -> anyhow::Result<u64> {
+        let from_target = target.and_then(|t| t.lun);
+        match (&self.lun, from_target) {
+            (None, t) => Ok(t.unwrap_or(0)),
+            (Some(LunSel::List(l)), t) if l.len() == 1 && t.is_none_or(|t| t == l[0]) => Ok(l[0]),
+            (Some(LunSel::List(l)), Some(t)) if l.len() == 1 => anyhow::bail!(
+                "--lun {} and the target string's lun={t} disagree: give one of them",
+                l[0]
+            ),
+            (Some(_), _) => anyhow::bail!(
+                "this command serves one LUN: give --lun N (lists and 'all' are for `add`)"
+            ),
+        }
+    }
+
+    /// As session options for one LUN.
+    pub fn options(&self, target: Option<&TargetSpec>) -> anyhow::Result<SessionOptions> {
+        Ok(SessionOptions {
             channels: self.queues,
             depth: self.depth,
-            lun: self.lun,
+            lun: self.single_lun(target)?,
             timeout: Duration::from_secs(self.timeout),
-        }
+            share_nexus: false,
+        })
     }
 }
 
@@ -64,6 +109,9 @@ pub struct Cli {
 pub enum Command {
     /// Log in to an SRP target and create /dev/ublkbN; prints the device path when it is live.
     Add(add::AddArgs),
+    /// List what an RDMA/CM target offers: one target string per LUN (`add --target` takes it as
+    /// printed), with vendor, product, size and WWID.
+    Discover(discover::DiscoverArgs),
     /// Stop a device: log its channels out and remove it.
     Del(del::DelArgs),
     /// List srp-ublk devices with their targets, channels and credits.
@@ -74,6 +122,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Show what this host offers: ublk driver, RDMA devices, ports and GIDs, modules.
     Features,
+    /// Print the udev properties of an srp-ublk device (for udev/60-srp-ublk.rules).
+    UdevId(udev_id::UdevIdArgs),
     /// Work with target strings (ib_srp add_target syntax, srp_daemon lines and rules).
     #[command(subcommand)]
     Target(target::TargetCmd),
@@ -84,10 +134,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Add(a) => add::run(a),
         Command::Del(a) => del::run(a),
+        Command::Discover(a) => discover::run(a),
         Command::List(a) => list::run(a),
         Command::Recover(a) => recover::run(a),
         Command::Features => features::run(),
         Command::Serve(a) => serve::run(a),
         Command::Target(t) => target::run(t),
+        Command::UdevId(a) => udev_id::run(a),
     }
 }

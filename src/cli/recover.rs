@@ -128,7 +128,7 @@ mod tests {
         };
         assert!(a.recover);
         assert_eq!(a.id, 3);
-        assert_eq!(a.session.lun, 2);
+        assert_eq!(a.session.lun, Some(crate::cli::LunSel::List(vec![2])));
         assert_eq!(a.session.queues, Some(2));
         assert_eq!(a.session.depth, 32);
         assert_eq!(a.timers().unwrap(), d.timers.unwrap());

@@ -45,7 +45,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let export = match (&a.target, &a.backend) {
         (Some(t), None) => {
             let target = TargetSpec::parse(t)?;
-            let s = Session::open(&target, &a.session.options())?;
+            let s = Session::open(&target, &a.session.options(Some(&target))?)?;
             let geo = s.lun.geometry();
             let max_io = s.lun.max_io_bytes(target.opts.max_sect);
             tracing::info!(

@@ -8,6 +8,7 @@
 //! engine's [`crate::channel::Transport`]. Dropping it disconnects, flushes and frees everything.
 
 mod endpoint;
+pub mod neigh;
 mod sockaddr;
 
 pub use endpoint::{ConnectParams, Endpoint};

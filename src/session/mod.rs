@@ -12,6 +12,8 @@ use crate::wire::srp::{size, MultiChannelAction, ScsiLun};
 use crate::wire::target::TargetSpec;
 use std::time::Duration;
 
+pub mod discover;
+pub mod ids;
 pub mod state;
 pub mod timers;
 
@@ -63,6 +65,10 @@ pub struct SessionOptions {
     pub lun: u64,
     /// Limit for each CM step.
     pub timeout: Duration,
+    /// Join the I_T nexus another live device (another LUN of the same target) already has: log
+    /// channel 0 in with MULTI too. A SINGLE login tears down every channel of the nexus, as SRP
+    /// r16a says and LIO does.
+    pub share_nexus: bool,
 }
 
 /// What the LUN is.
@@ -258,7 +264,12 @@ impl Session {
             )
             .max(1);
 
-        let p0 = connect_params(target, MultiChannelAction::Single, want_depth, opts.timeout);
+        let first = if opts.share_nexus {
+            MultiChannelAction::Multi
+        } else {
+            MultiChannelAction::Single
+        };
+        let p0 = connect_params(target, first, want_depth, opts.timeout);
         let ep0 = Endpoint::connect(&p0)?;
         tracing::info!(
             "channel 0 logged in via {}: req_lim {}, max_it_iu_len {}, immediate data {}",

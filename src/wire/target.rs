@@ -7,6 +7,10 @@
 //! - `/etc/srp_daemon.conf` rule lines (`a`/`d`, conditions, options appended on allow; first match
 //!   wins; no match allows, as srp_daemon does).
 //!
+//! srp-ublk adds one key, `lun=N` (the LUN to attach; ib_srp scans every LUN instead), and reads `#`
+//! to the end of a line as a comment, so a `srp-ublk discover` line (string, then `# vendor ...`)
+//! is a valid `--target` as printed.
+//!
 //! Errors quote the offending token and say what was expected.
 
 use std::fmt;
@@ -82,6 +86,8 @@ pub struct TargetSpec {
     pub transport: Transport,
     /// Everything else.
     pub opts: TargetOptions,
+    /// The LUN (`lun=N`, an srp-ublk extension), when the string names one.
+    pub lun: Option<u64>,
 }
 
 /// How the login travels.
@@ -107,7 +113,7 @@ pub enum Transport {
 
 const KNOWN: &str = "id_ext, ioc_guid, dgid, pkey, service_id, dest, src, max_sect, \
     max_cmd_per_lun, target_can_queue, io_class, initiator_ext, cmd_sg_entries, allow_ext_sg, \
-    sg_tablesize, comp_vector, tl_retry_count, queue_size, max_it_iu_size, ch_count";
+    sg_tablesize, comp_vector, tl_retry_count, queue_size, max_it_iu_size, ch_count, lun";
 
 /// kstrtoull(.., 16): optional 0x, 1 to 16 hex digits.
 fn parse_hex_u64(tok: &str, v: &str) -> Result<u64, TargetError> {
@@ -254,12 +260,17 @@ impl TargetOptions {
 impl TargetSpec {
     /// Parses an ib_srp `add_target` string (or an `srp_daemon -o` line). Options are separated by
     /// commas or newlines; empty ones are skipped; a later value replaces an earlier one, as in
-    /// ib_srp.
+    /// ib_srp. `#` starts a comment that runs to the end of its line.
     pub fn parse(s: &str) -> Result<Self, TargetError> {
         let (mut id_ext, mut ioc_guid) = (None, None);
         let (mut dgid, mut pkey, mut service_id) = (None, None, None);
-        let (mut dest, mut src) = (None, None);
+        let (mut dest, mut src, mut lun) = (None, None, None);
         let mut opts = TargetOptions::default();
+        let uncommented: Vec<&str> = s
+            .lines()
+            .map(|l| l.split_once('#').map_or(l, |(a, _)| a))
+            .collect();
+        let s = uncommented.join("\n");
         for raw in s.split([',', '\n']) {
             let tok = raw.trim();
             if tok.is_empty() {
@@ -285,6 +296,14 @@ impl TargetSpec {
                 "service_id" => service_id = Some(parse_hex_u64(tok, v)?),
                 "dest" => dest = Some(parse_dest(tok, v)?),
                 "src" => src = Some(parse_src(tok, v)?),
+                "lun" => {
+                    lun = Some(v.parse::<u64>().map_err(|_| {
+                        err(
+                            tok,
+                            "expected a LUN number (as Linux numbers them, e.g. lun=0)",
+                        )
+                    })?)
+                }
                 _ => {
                     if !opts.apply(tok, key, v)? {
                         return Err(err(tok, format!("unknown option; known keys: {KNOWN}")));
@@ -315,6 +334,7 @@ impl TargetSpec {
             ioc_guid,
             transport,
             opts,
+            lun,
         })
     }
 
@@ -341,6 +361,17 @@ impl TargetSpec {
         } else {
             pair(ext, port_guid)
         }
+    }
+
+    /// Whether logins to `self` and `other` form the same I_T nexus (same target port, same way
+    /// there, same initiator_ext), whatever their other options and LUNs: a SINGLE login to one
+    /// tears down the other's channels.
+    pub fn same_nexus(&self, other: &TargetSpec) -> bool {
+        let ext = |t: &TargetSpec| t.opts.initiator_ext.unwrap_or(DEFAULT_INITIATOR_EXT);
+        self.target_port_id() == other.target_port_id()
+            && self.transport == other.transport
+            && ext(self) == ext(other)
+            && self.rev10() == other.rev10()
     }
 
     /// Adds options (an srp_daemon.conf allow rule's, or the CLI's) on top of this target.
@@ -401,6 +432,9 @@ impl fmt::Display for TargetSpec {
         }
         for (k, v) in self.opts.pairs() {
             write!(f, ",{k}={v}")?;
+        }
+        if let Some(l) = self.lun {
+            write!(f, ",lun={l}")?;
         }
         Ok(())
     }
@@ -569,6 +603,36 @@ impl Rules {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lun_key_and_comments() {
+        let t = super::TargetSpec::parse(
+            "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555,lun=2 \
+             # LIO-ORG RAMDISK-MCP 16 MiB wwn=naa.6001405",
+        )
+        .unwrap();
+        assert_eq!(t.lun, Some(2));
+        assert_eq!(
+            t.to_string(),
+            "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555,lun=2"
+        );
+        let other_lun = super::TargetSpec::parse(
+            "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555,lun=0,queue_size=8",
+        )
+        .unwrap();
+        assert!(
+            t.same_nexus(&other_lun),
+            "LUNs and options do not change the nexus"
+        );
+        let other_ext = other_lun.with_options("initiator_ext=2").unwrap();
+        assert!(!t.same_nexus(&other_ext));
+        let e = super::TargetSpec::parse("id_ext=1,ioc_guid=1,dest=1.2.3.4:5,lun=x").unwrap_err();
+        assert!(e.problem.contains("LUN"), "{e}");
+        // a comment line of its own, and options on the next
+        let t = super::TargetSpec::parse("# from discover\nid_ext=1,ioc_guid=2\ndest=1.2.3.4:5")
+            .unwrap();
+        assert_eq!((t.id_ext, t.ioc_guid, t.lun), (1, 2, None));
+    }
+
     use super::*;
 
     const LAB: &str = "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555";

@@ -1,7 +1,8 @@
 # Sourced by /init (busybox ash): the lab's fabric and target, as proven in shared/lab/REPORT.md.
 #  - soft-RoCE rxe0 on dummy0 with a fixed MAC (stable GID/GUID across boots), 10.77.0.1/24
-#  - LIO ib_srpt: rd_mcp ramdisk LUN of $SRP_LUN_MB MiB, RDMA/CM listener on port 5555, a node ACL named
-#    by the target-side IP (ib_srpt has no demo mode), target port named by the port GUID
+#  - LIO ib_srpt: rd_mcp ramdisk LUNs (lun_0 $SRP_LUN_MB MiB, lun_1 32 MiB, lun_2 16 MiB), RDMA/CM
+#    listener on port 5555, a node ACL named by the target-side IP (ib_srpt has no demo mode), target
+#    port named by the port GUID
 #  - ublk_drv loaded; the kernel initiator ib_srp loaded but not attached (lab-ref-attach does that)
 # Writes the job's environment (SRP_TARGET, SRP_LUN_BYTES, ...) to /tmp/lab-env.
 
@@ -31,9 +32,12 @@ lab_setup_rxe() {
 lab_setup_target() {
     mount -t configfs configfs /sys/kernel/config 2>/dev/null || { modprobe configfs; mount -t configfs configfs /sys/kernel/config; }
     modprobe target_core_mod && modprobe ib_srpt || return 1
-    mkdir -p $CFG/core/rd_mcp_0/ramdisk0 || return 1
-    echo "rd_pages=$((SRP_LUN_MB * 256))" > $CFG/core/rd_mcp_0/ramdisk0/control   # 4 KiB pages
-    echo 1 > $CFG/core/rd_mcp_0/ramdisk0/enable || return 1
+    for rd in "0 $SRP_LUN_MB" "1 32" "2 16"; do
+        set -- $rd
+        mkdir -p $CFG/core/rd_mcp_0/ramdisk$1 || return 1
+        echo "rd_pages=$(($2 * 256))" > $CFG/core/rd_mcp_0/ramdisk$1/control   # 4 KiB pages
+        echo 1 > $CFG/core/rd_mcp_0/ramdisk$1/enable || return 1
+    done
     mkdir -p $CFG/srpt
     echo $LAB_PORT > $CFG/srpt/discovery_auth/rdma_cm_port || return 1
     lab_target_port
@@ -44,19 +48,26 @@ lab_setup_target() {
 lab_target_port() {
     GUIDNAME=$(cut -d: -f5-8 /sys/class/infiniband/rxe0/ports/1/gids/0)
     TPG=$CFG/srpt/$GUIDNAME/tpgt_1
-    mkdir -p $TPG/lun/lun_0 || return 1
-    ln -s $CFG/core/rd_mcp_0/ramdisk0 $TPG/lun/lun_0/ramdisk0 || return 1
-    echo 1 > $TPG/enable || return 1
+    for l in 0 1 2; do
+        mkdir -p $TPG/lun/lun_$l || return 1
+        ln -s $CFG/core/rd_mcp_0/ramdisk$l $TPG/lun/lun_$l/ramdisk$l || return 1
+    done
     # node ACL named by the target-side IP of RDMA/CM logins (REPORT.md gotcha 9)
-    mkdir -p $TPG/acls/$LAB_IP/lun_0 && ln -s $TPG/lun/lun_0 $TPG/acls/$LAB_IP/lun_0/lun_0 || return 1
-    echo "target: $TPG lun_0 -> rd_mcp ramdisk0 ${SRP_LUN_MB} MiB, RDMA/CM port $LAB_PORT, ACL $LAB_IP"
+    for l in 0 1 2; do
+        mkdir -p $TPG/acls/$LAB_IP/lun_$l && ln -s $TPG/lun/lun_$l $TPG/acls/$LAB_IP/lun_$l/lun_$l || return 1
+    done
+    echo 1 > $TPG/enable || return 1
+    echo "target: $TPG lun_0/1/2 -> rd_mcp ramdisk0/1/2 ${SRP_LUN_MB}/32/16 MiB, RDMA/CM port $LAB_PORT, ACL $LAB_IP"
 }
 
 # lab_target_port_remove TPG: takes the target port's configuration apart (what is left of it once
 # its RDMA device was removed), innermost first
 lab_target_port_remove() {
-    rm -f "$1/acls/$LAB_IP/lun_0/lun_0" "$1/lun/lun_0/ramdisk0"
-    rmdir "$1/acls/$LAB_IP/lun_0" "$1/acls/$LAB_IP" "$1/lun/lun_0" "$1" "$(dirname "$1")"
+    for l in 0 1 2; do
+        rm -f "$1/acls/$LAB_IP/lun_$l/lun_$l" "$1/lun/lun_$l/ramdisk$l"
+        rmdir "$1/acls/$LAB_IP/lun_$l" "$1/lun/lun_$l"
+    done
+    rmdir "$1/acls/$LAB_IP" "$1" "$(dirname "$1")"
 }
 
 lab_setup() {
