@@ -57,7 +57,7 @@ fn gone(d: &DeviceState) -> bool {
         && !Path::new(&format!("/dev/ublkc{}", d.dev_id)).exists()
 }
 
-fn del_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<()> {
+pub(crate) fn del_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<()> {
     if d.daemon_alive() {
         let pid = nix::unistd::Pid::from_raw(d.pid as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM)?;

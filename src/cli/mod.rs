@@ -9,6 +9,7 @@ pub mod recover;
 pub mod serve;
 pub mod target;
 pub mod udev_id;
+pub mod up;
 
 use clap::{Args, Parser, Subcommand};
 use srp_ublk::session::SessionOptions;
@@ -122,6 +123,10 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Show what this host offers: ublk driver, RDMA devices, ports and GIDs, modules.
     Features,
+    /// Attach the targets configured in /etc/srp-ublk/targets.d (all, or those named).
+    Up(up::UpArgs),
+    /// Detach the devices of the targets configured in /etc/srp-ublk/targets.d.
+    Down(up::DownArgs),
     /// Print the udev properties of an srp-ublk device (for udev/60-srp-ublk.rules).
     UdevId(udev_id::UdevIdArgs),
     /// Work with target strings (ib_srp add_target syntax, srp_daemon lines and rules).
@@ -141,5 +146,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => serve::run(a),
         Command::Target(t) => target::run(t),
         Command::UdevId(a) => udev_id::run(a),
+        Command::Up(a) => up::run_up(a),
+        Command::Down(a) => up::run_down(a),
     }
 }

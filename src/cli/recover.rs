@@ -53,7 +53,7 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
     }
     let mut failed = Vec::new();
     for d in &devs {
-        if let Err(e) = super::add::spawn_daemon(&argv(d), a.timeout, false) {
+        if let Err(e) = recover_one(d, a.timeout) {
             eprintln!("srp-ublk: error: recovering /dev/ublkb{}: {e:#}", d.dev_id);
             failed.push(d.dev_id);
         }
@@ -62,6 +62,11 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
         bail!("{} device(s) not recovered: {failed:?}", failed.len());
     }
     Ok(())
+}
+
+/// Starts a daemon that takes `d` over (its own daemon is gone); returns once it is live.
+pub(crate) fn recover_one(d: &DeviceState, timeout: u64) -> anyhow::Result<()> {
+    super::add::spawn_daemon(&argv(d), timeout, false)
 }
 
 /// The `add` command line that serves `d` again: same target, LUN, queues, depth, completion mode

@@ -1,0 +1,336 @@
+//! `srp-ublk up` / `down`: attach and detach the targets configured under
+//! `/etc/srp-ublk/targets.d/NAME.conf` (one target a file, `key = value` lines with `add`'s option
+//! names: target, lun, queues, depth, timeout, cpus, poll, reconnect-delay, fast-io-fail-tmo,
+//! dev-loss-tmo; `#` comments). `up` adds each LUN's device, or recovers it when a device of that
+//! target and LUN is left without its daemon; with `--supervise` (the systemd unit) it then tells
+//! systemd it is ready and exits with an error as soon as one of its devices loses its daemon, so
+//! `Restart=on-failure` brings it back through ublk recovery.
+
+use super::add::{spawn_daemon, AddArgs};
+use super::{Cli, Command, LunSel};
+use anyhow::{bail, Context};
+use clap::{Args, Parser};
+use srp_ublk::session::state::DeviceState;
+use srp_ublk::wire::target::TargetSpec;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The keys a target file may set (`add`'s long options).
+const KEYS: [&str; 10] = [
+    "target",
+    "lun",
+    "queues",
+    "depth",
+    "timeout",
+    "cpus",
+    "poll",
+    "reconnect-delay",
+    "fast-io-fail-tmo",
+    "dev-loss-tmo",
+];
+
+/// Where target files live (`SRP_UBLK_CONF_DIR` overrides it, for tests).
+pub fn conf_dir() -> PathBuf {
+    std::env::var_os("SRP_UBLK_CONF_DIR")
+        .map_or_else(|| PathBuf::from("/etc/srp-ublk/targets.d"), PathBuf::from)
+}
+
+/// `srp-ublk up ...`
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Target files to attach, by name (NAME of targets.d/NAME.conf); default: every one.
+    pub names: Vec<String>,
+    /// After attaching: tell systemd (sd_notify READY=1) and stay, exiting with an error when one
+    /// of the devices loses its daemon (for srp-ublk@.service).
+    #[arg(long)]
+    pub supervise: bool,
+    /// Instead of attaching: start srp-ublk@NAME.service for every target file (for the unit udev
+    /// starts when an RDMA port appears).
+    #[arg(long, conflicts_with = "supervise")]
+    pub start_units: bool,
+}
+
+/// `srp-ublk down ...`
+#[derive(Debug, Args)]
+pub struct DownArgs {
+    /// Target files to detach, by name; default: every one.
+    pub names: Vec<String>,
+    /// Seconds to wait for each device to go away.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
+}
+
+/// A target file, read.
+struct Conf {
+    name: String,
+    /// Its `add` options.
+    argv: Vec<String>,
+    add: AddArgs,
+    target: TargetSpec,
+}
+
+/// The `add` arguments of a target file's text.
+fn conf_argv(text: &str, file: &Path) -> anyhow::Result<Vec<String>> {
+    let mut argv = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split_once('#').map_or(raw, |(a, _)| a).trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            bail!(
+                "{}:{}: expected key = value, got '{line}'",
+                file.display(),
+                i + 1
+            );
+        };
+        let (k, v) = (k.trim().replace('_', "-"), v.trim());
+        if !KEYS.contains(&k.as_str()) {
+            bail!(
+                "{}:{}: unknown key '{k}' (known: {})",
+                file.display(),
+                i + 1,
+                KEYS.join(", ")
+            );
+        }
+        argv.push(format!("--{k}"));
+        argv.push(v.to_string());
+    }
+    if !argv.iter().any(|a| a == "--target") {
+        bail!("{}: no target = ... line", file.display());
+    }
+    Ok(argv)
+}
+
+fn read_conf(name: &str) -> anyhow::Result<Conf> {
+    let file = conf_dir().join(format!("{name}.conf"));
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("cannot read target file {}", file.display()))?;
+    let argv = conf_argv(&text, &file)?;
+    let cli = Cli::try_parse_from(
+        ["srp-ublk", "add"]
+            .into_iter()
+            .map(String::from)
+            .chain(argv.iter().cloned()),
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let Command::Add(add) = cli.command else {
+        unreachable!("parsed as add")
+    };
+    let target = TargetSpec::parse(add.target.as_deref().unwrap_or_default())
+        .with_context(|| format!("in {}", file.display()))?;
+    Ok(Conf {
+        name: name.to_string(),
+        argv,
+        add,
+        target,
+    })
+}
+
+/// The names given, or every target file.
+fn names(given: &[String]) -> anyhow::Result<Vec<String>> {
+    if !given.is_empty() {
+        return Ok(given.to_vec());
+    }
+    let dir = conf_dir();
+    let mut v: Vec<String> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".conf").map(String::from)
+        })
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// The LUNs a target file asks for.
+fn luns(c: &Conf) -> anyhow::Result<Vec<u64>> {
+    Ok(match &c.add.session.lun {
+        Some(LunSel::All) => srp_ublk::session::discover::discover_luns(
+            &c.target,
+            Duration::from_secs(c.add.session.timeout),
+        )?
+        .into_iter()
+        .filter(|f| f.info.is_ok())
+        .map(|f| f.lun)
+        .collect(),
+        Some(LunSel::List(l)) => l.clone(),
+        None => vec![c.target.lun.unwrap_or(0)],
+    })
+}
+
+/// The device serving LUN `lun` of `c`'s target, if there is one.
+fn device_of(c: &Conf, lun: u64) -> Option<DeviceState> {
+    DeviceState::all().into_iter().find(|d| {
+        d.lun == lun && TargetSpec::parse(&d.target).is_ok_and(|t| t.same_nexus(&c.target))
+    })
+}
+
+/// Every device of `c`'s target, whatever the LUN.
+fn devices_of(c: &Conf) -> Vec<DeviceState> {
+    DeviceState::all()
+        .into_iter()
+        .filter(|d| TargetSpec::parse(&d.target).is_ok_and(|t| t.same_nexus(&c.target)))
+        .collect()
+}
+
+/// Brings every LUN of `c` up; returns the device ids.
+fn up_one(c: &Conf) -> anyhow::Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for lun in luns(c)? {
+        match device_of(c, lun) {
+            Some(d) if d.daemon_alive() => println!("{}: LUN {lun} is up: {}", c.name, d.bdev),
+            Some(d) => {
+                println!(
+                    "{}: LUN {lun}: {} lost its daemon: recovering",
+                    c.name, d.bdev
+                );
+                super::recover::recover_one(&d, c.add.session.timeout)?;
+            }
+            None => {
+                let mut argv: Vec<std::ffi::OsString> = vec!["add".into()];
+                let mut skip = false;
+                for a in &c.argv {
+                    if std::mem::take(&mut skip) {
+                        continue;
+                    }
+                    if a == "--lun" {
+                        skip = true;
+                        continue;
+                    }
+                    argv.push(a.into());
+                }
+                argv.extend(["--lun".into(), lun.to_string().into()]);
+                print!("{}: LUN {lun}: ", c.name);
+                spawn_daemon(&argv, c.add.session.timeout, false)?;
+            }
+        }
+        if let Some(d) = device_of(c, lun) {
+            ids.push(d.dev_id);
+        }
+    }
+    Ok(ids)
+}
+
+/// Runs `up`.
+pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
+    let names = names(&a.names)?;
+    if a.start_units {
+        for n in &names {
+            let unit = format!("srp-ublk@{n}.service");
+            let st = std::process::Command::new("systemctl")
+                .args(["--no-block", "start", &unit])
+                .status()
+                .context("running systemctl")?;
+            if !st.success() {
+                bail!("systemctl start {unit} failed ({st})");
+            }
+        }
+        return Ok(());
+    }
+    super::add::check_ublk()?;
+    let confs = names
+        .iter()
+        .map(|n| read_conf(n))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut ids = Vec::new();
+    for c in &confs {
+        ids.extend(up_one(c).with_context(|| format!("bringing {} up", c.name))?);
+    }
+    if !a.supervise {
+        return Ok(());
+    }
+    notify_ready()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        for id in &ids {
+            match DeviceState::read(&DeviceState::path(*id)) {
+                Ok(d) if !d.daemon_alive() => bail!(
+                    "{} lost its daemon (pid {}): exiting so that systemd restarts the unit, \
+                     which recovers it",
+                    d.bdev,
+                    d.pid
+                ),
+                Ok(_) => {}
+                Err(_) => bail!("/dev/ublkb{id} was deleted outside the unit: exiting"),
+            }
+        }
+    }
+}
+
+/// Runs `down`.
+pub fn run_down(a: DownArgs) -> anyhow::Result<()> {
+    let mut failed = 0;
+    for n in names(&a.names)? {
+        let c = read_conf(&n)?;
+        for d in devices_of(&c) {
+            match super::del::del_one(&d, Duration::from_secs(a.timeout)) {
+                Ok(()) => println!("{n}: deleted {}", d.bdev),
+                Err(e) => {
+                    eprintln!("srp-ublk: error: {n}: {e:#}");
+                    failed += 1;
+                }
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} device(s) not deleted");
+    }
+    Ok(())
+}
+
+/// sd_notify(READY=1) when systemd asked for it ($NOTIFY_SOCKET: a path, or @abstract).
+fn notify_ready() -> anyhow::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(());
+    };
+    let p = path.to_string_lossy();
+    let addr = match p.strip_prefix('@') {
+        Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,
+        None => SocketAddr::from_pathname(&*p)?,
+    };
+    let sock = UnixDatagram::unbound()?;
+    sock.send_to_addr(b"READY=1\nSTATUS=every device is live", &addr)
+        .context("notifying systemd")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_files_map_to_add_options() {
+        let f = Path::new("t.conf");
+        let argv = conf_argv(
+            "# lab target\ntarget = id_ext=1,ioc_guid=1,dest=10.77.0.1:5555  # the LUNs\n\
+             lun = all\nfast_io_fail_tmo = 5\n\n",
+            f,
+        )
+        .unwrap();
+        assert_eq!(
+            argv,
+            [
+                "--target",
+                "id_ext=1,ioc_guid=1,dest=10.77.0.1:5555",
+                "--lun",
+                "all",
+                "--fast-io-fail-tmo",
+                "5"
+            ]
+        );
+        let e = conf_argv("target = x\nbogus = 1\n", f).unwrap_err();
+        assert!(
+            e.to_string().contains("t.conf:2: unknown key 'bogus'"),
+            "{e}"
+        );
+        let e = conf_argv("lun = 1\n", f).unwrap_err();
+        assert!(e.to_string().contains("no target"), "{e}");
+        let e = conf_argv("target\n", f).unwrap_err();
+        assert!(e.to_string().contains("expected key = value"), "{e}");
+    }
+}

@@ -1,0 +1,48 @@
+//! The systemd units in systemd/ pass `systemd-analyze verify` (with ExecStart pointing at the binary
+//! this build made, since verify checks that commands exist), with nothing printed: verify only
+//! warns, exit status 0, about unknown keys and bad values, so any output is a failure.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn units_verify_cleanly() {
+    let Ok(out) = Command::new("systemd-analyze").arg("--version").output() else {
+        eprintln!("SKIPPED: systemd-analyze is not installed (apt-get install systemd); units not verified");
+        return;
+    };
+    assert!(out.status.success());
+    let bin = env!("CARGO_BIN_EXE_srp-ublk");
+    let dir = std::env::temp_dir().join(format!("srp-ublk-units-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut units = Vec::new();
+    for (file, instance) in [
+        ("srp-ublk@.service", "srp-ublk@lab.service"),
+        ("srp-ublk-port@.service", "srp-ublk-port@rxe0.service"),
+    ] {
+        let text = std::fs::read_to_string(root.join("systemd").join(file)).unwrap();
+        assert!(
+            text.contains("/usr/sbin/srp-ublk "),
+            "{file}: ExecStart is not /usr/sbin/srp-ublk"
+        );
+        let p = dir.join(instance);
+        std::fs::write(&p, text.replace("/usr/sbin/srp-ublk", bin)).unwrap();
+        units.push(p);
+    }
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .args(&units)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed:\n{stderr}"
+    );
+    assert!(
+        stderr.trim().is_empty(),
+        "systemd-analyze verify complained:\n{stderr}"
+    );
+}
