@@ -36,7 +36,7 @@ KSERIES=6.12
 
 # Host packages: qemu-system-x86 must match the image's qemu-utils, which comes from bookworm-backports.
 HOST_PKGS="qemu-system-x86 qemu-utils busybox-static ibverbs-utils ibverbs-providers rdmacm-utils fio
-           iproute2 kmod cpio gzip xz-utils zstd perftest e2fsprogs libnbd-bin linux-perf strace"
+           iproute2 kmod cpio gzip xz-utils zstd perftest e2fsprogs libnbd-bin linux-perf strace elfutils"
 APTO=(-o "Dir::Etc::SourceList=$APTDIR/sources.list" -o Dir::Etc::SourceParts=/nonexistent
       -o "Dir::State::Lists=$APTDIR/lists" -o "Dir::Cache=$APTDIR/cache")
 
@@ -125,7 +125,8 @@ prep() {
 GUEST_TOOLS="/usr/bin/kmod /usr/bin/ip /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_devices /usr/bin/ibv_devinfo
     /usr/bin/ibv_rc_pingpong /usr/bin/rping /usr/bin/fio /usr/sbin/mke2fs /usr/sbin/e2fsck /usr/bin/qemu-io
     /usr/bin/nbdinfo /usr/bin/nbdcopy /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw
-    /usr/bin/ib_send_lat /usr/bin/ib_read_lat /usr/bin/ib_write_lat /usr/bin/perf /usr/bin/strace"
+    /usr/bin/ib_send_lat /usr/bin/ib_read_lat /usr/bin/ib_write_lat /usr/bin/perf /usr/bin/strace
+    /usr/bin/eu-stack"
 GUEST_MODULES="configfs 9p 9pnet_virtio virtio_pci ublk_drv rdma_rxe ib_uverbs rdma_ucm ib_umad ib_srpt ib_srp
     target_core_mod target_core_file target_core_iblock sd_mod sg veth dummy nbd ext4 dm_multipath
     crc32_generic crc32_pclmul crc32c_generic crc32c_intel"

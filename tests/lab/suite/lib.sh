@@ -43,7 +43,7 @@ fault_cycles() {
     while [ $_c -le "$1" ]; do
         fault_down $_c || fail "$2 $_c: injecting the fault"
         fault_up $_c || fail "$2 $_c: ending the fault"
-        _r=$(wait_running 60) || fail "$2 $_c: queues not running 60 s after the fault ended: $(queue_states)"
+        _r=$(wait_running 60) || { thread_dump; fail "$2 $_c: queues not running 60 s after the fault ended: $(queue_states)"; }
         _d=$(wait_io "$3" "$4") || fail "$2 $_c: no I/O within $4 s of the fault ending"
         echo "$2 $_c: every queue running ${_r} s after the fault ended (reconnect_delay 2 s), a 4 KiB read took ${_d} s; reconnects so far $(reconnects)"
         sleep 4
@@ -69,6 +69,16 @@ verify_start() {
         --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
         --output=/tmp/fio-verify.txt; echo $? > /tmp/fio-verify.done ) &
 }
+# thread_dump: every srp-ublk thread's user stack (eu-stack) and kernel stack, for a daemon that
+# stopped making progress
+thread_dump() {
+    for p in $(pidof srp-ublk); do
+        echo "--- srp-ublk pid $p: user stacks"; eu-stack -p "$p" 2>&1 | head -120
+        for t in /proc/$p/task/*; do
+            echo "== $t $(cat "$t/comm") $(cat "$t/wchan") syscall $(cut -d' ' -f1 "$t/syscall")"; head -8 "$t/stack"
+        done
+    done
+}
 # stuck_dump: where a writer that does not finish is waiting: blk-mq's view of every ublk disk (in
 # flight, dispatch lists, requeue list, queue flags), fio's kernel stacks and srp-ublk's own state
 stuck_dump() {
@@ -86,7 +96,7 @@ stuck_dump() {
         for t in /proc/$p/task/*; do echo "== fio $t $(cat "$t/wchan")"; head -8 "$t/stack"; done
     done
     kill -USR1 $(pidof fio) 2>/dev/null; sleep 1
-    srp-ublk list; show_logs; dmesg | tail -n 30
+    thread_dump; srp-ublk list; show_logs; dmesg | tail -n 30
 }
 # verify_stop: stop the background fio; fails the test on any fio or verify error
 verify_stop() {

@@ -21,6 +21,7 @@ dump_state() {
         [ "$(cat $t/comm 2>/dev/null)" = srp-ublk ] || continue
         echo "== $t $(cat $t/wchan) syscall $(cut -d' ' -f1 $t/syscall)"; head -6 $t/stack
     done
+    for p in $(pidof srp-ublk); do echo "--- watchdog: srp-ublk $p user stacks"; eu-stack -p "$p" 2>&1 | head -120; done
     srp-ublk list
     for f in /run/srp-ublk/logs/*.log; do echo "--- $f"; tail -n 15 "$f"; done
     echo "--- dmesg"; dmesg | tail -n 20
