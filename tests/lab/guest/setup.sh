@@ -39,7 +39,7 @@ lab_setup_target() {
         echo 1 > $CFG/core/rd_mcp_0/ramdisk$1/enable || return 1
         # a unit serial (as targetcli sets one): LIO then reports VPD 0x80 and an NAA designator
         # in 0x83, the LUN's WWN (set before the LUN is exported)
-        echo "5e7a1b00-0000-4000-8000-00000000000$1" > $CFG/core/rd_mcp_0/ramdisk$1/wwn/vpd_unit_serial || return 1
+        echo "5e7a1b0$1-0000-4000-8000-000000000000" > $CFG/core/rd_mcp_0/ramdisk$1/wwn/vpd_unit_serial || return 1
     done
     mkdir -p $CFG/srpt
     echo $LAB_PORT > $CFG/srpt/discovery_auth/rdma_cm_port || return 1

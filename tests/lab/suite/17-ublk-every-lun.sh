@@ -52,6 +52,8 @@ for d in $devs; do
     i=$((i + 1))
 done
 lab-ref-detach
+wwns=$(for d in $devs; do srp-ublk udev-id "$d" | grep '^ID_WWN_WITH_EXTENSION='; done | sort -u | wc -l)
+expect_eq "distinct WWNs among the three devices" "$wwns" 3
 srp-ublk udev-id ublkb99 >/dev/null 2>&1 && fail "udev-id of a device srp-ublk does not serve succeeded"
 ok "udev-id refuses a device srp-ublk does not serve"
 trap - EXIT
