@@ -127,8 +127,6 @@ pub struct Endpoint {
     /// The device's uverbs node in sysfs (`/sys/class/infiniband_verbs/uverbsN`): it goes first
     /// when the device is removed.
     dev_path: std::path::PathBuf,
-    /// The CM reported RDMA_CM_EVENT_DEVICE_REMOVAL.
-    removal_event: bool,
 }
 
 // SAFETY: the verbs and CM objects behind these pointers may be used from any thread (libibverbs and
@@ -206,7 +204,6 @@ impl Endpoint {
             device: String::new(),
             port_guid: 0,
             dev_path: std::path::PathBuf::new(),
-            removal_event: false,
         }
     }
 
@@ -593,9 +590,6 @@ impl Endpoint {
     pub fn poll_cm(&mut self) -> Option<String> {
         let ev = self.try_event()?;
         let name = event_name(ev.kind);
-        if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_DEVICE_REMOVAL {
-            self.removal_event = true;
-        }
         if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_DISCONNECTED
             || ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_DEVICE_REMOVAL
             || ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_TIMEWAIT_EXIT
@@ -718,20 +712,23 @@ impl Endpoint {
     }
 
     /// Whether the RDMA device under this endpoint is being removed (`rdma link delete`, a driver
-    /// unload): its uverbs node is gone, or the CM said so. The kernel finishes the removal only
-    /// once every user of the device has closed it: [`Endpoint::close`] this endpoint, then
-    /// [`super::forget_removed_devices`].
+    /// unload): its uverbs node is gone from sysfs. (The CM's DEVICE_REMOVAL event can come before
+    /// that, while librdmacm still sees the device and would keep its handle.)
     pub fn device_removed(&self) -> bool {
-        self.removal_event || (!self.dev_path.as_os_str().is_empty() && !self.dev_path.exists())
+        !self.dev_path.as_os_str().is_empty() && !self.dev_path.exists()
     }
 
-    /// Closes this endpoint now if its device is being removed (see [`Endpoint::device_removed`]);
-    /// returns whether it did.
+    /// If the device under this endpoint is being removed: has librdmacm re-read its device list
+    /// while this endpoint still holds the device (so librdmacm marks it dead, and never meets an
+    /// empty list: see [`super::forget_removed_devices`]), then closes the endpoint, which drops
+    /// librdmacm's last reference and with it its handle on the device. The kernel finishes the
+    /// removal only once every user has closed it. Returns whether it released.
     pub fn release_if_removed(&mut self) -> bool {
         if self.closed || !self.device_removed() {
             return false;
         }
         tracing::warn!("RDMA device {} is being removed: releasing it", self.device);
+        super::forget_removed_devices();
         self.close();
         true
     }

@@ -111,11 +111,15 @@ pub(crate) fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Has librdmacm re-read the device list, so that it closes its own handle on a device that is
-/// being removed (it keeps one open per device; the kernel waits for every handle before it lets
-/// the device go). Call after closing every endpoint on the device. librdmacm skips the re-read when
-/// no RDMA device is left at all, so then its handle stays until the process exits.
-pub fn forget_removed_devices() {
+/// Has librdmacm re-read the device list, so that it lets go of a device that is being removed (it
+/// keeps a handle open per device; the kernel waits for every handle before it lets the device go).
+/// Call while an endpoint on that device is still open: librdmacm then marks the device dead and
+/// closes its handle when that endpoint's CM id goes. Called with librdmacm's device list empty,
+/// `rdma_get_devices` (librdmacm 44) can re-enter its own initialisation and deadlock on its lock
+/// (seen in the lab on a second removal: every later CM call hung); an open endpoint keeps the
+/// list non-empty. librdmacm skips the re-read when no RDMA device is left at all, so then its
+/// handle stays until the process exits.
+pub(crate) fn forget_removed_devices() {
     let _l = lifecycle();
     let mut n = 0;
     // SAFETY: rdma_get_devices returns a NULL-terminated array (or NULL) that rdma_free_devices
