@@ -719,16 +719,30 @@ impl Endpoint {
     }
 
     /// If the device under this endpoint is being removed: has librdmacm re-read its device list
-    /// while this endpoint still holds the device (so librdmacm marks it dead, and never meets an
-    /// empty list: see [`super::forget_removed_devices`]), then closes the endpoint, which drops
-    /// librdmacm's last reference and with it its handle on the device. The kernel finishes the
-    /// removal only once every user has closed it. Returns whether it released.
-    pub fn release_if_removed(&mut self) -> bool {
+    /// while this endpoint still holds the device (so librdmacm marks it dead: see
+    /// [`super::forget_removed_devices`]), then closes the endpoint, which drops librdmacm's last
+    /// reference and with it its handle on the device. The kernel finishes the removal only once
+    /// every user has closed it. Called again while the re-read cannot happen yet; after `tries`
+    /// calls it closes anyway (the removal then waits for the daemon to exit). Returns whether it
+    /// released.
+    pub fn release_if_removed(&mut self, tries: &mut u32) -> bool {
         if self.closed || !self.device_removed() {
             return false;
         }
-        tracing::warn!("RDMA device {} is being removed: releasing it", self.device);
-        super::forget_removed_devices();
+        *tries += 1;
+        let forgot = super::forget_removed_devices();
+        if !forgot && *tries < 40 {
+            return false;
+        }
+        tracing::warn!(
+            "RDMA device {} is being removed: releasing it{}",
+            self.device,
+            if forgot {
+                ""
+            } else {
+                " (librdmacm keeps its handle: the removal completes when this daemon exits)"
+            }
+        );
         self.close();
         true
     }

@@ -114,13 +114,19 @@ pub(crate) fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
 /// Has librdmacm re-read the device list, so that it lets go of a device that is being removed (it
 /// keeps a handle open per device; the kernel waits for every handle before it lets the device go).
 /// Call while an endpoint on that device is still open: librdmacm then marks the device dead and
-/// closes its handle when that endpoint's CM id goes. Called with librdmacm's device list empty,
-/// `rdma_get_devices` (librdmacm 44) can re-enter its own initialisation and deadlock on its lock
-/// (seen in the lab on a second removal: every later CM call hung); an open endpoint keeps the
-/// list non-empty. librdmacm skips the re-read when no RDMA device is left at all, so then its
-/// handle stays until the process exits.
-pub(crate) fn forget_removed_devices() {
+/// closes its handle when that endpoint's CM id goes.
+///
+/// Two traps in librdmacm 44, both seen in the lab as a daemon whose every later CM call hung:
+/// `rdma_get_devices` drops a listed device it cannot open (one half-way through removal or
+/// creation) although the device list still holds it, and once its own list is empty while devices
+/// exist, its initialisation re-enters itself and deadlocks on its lock. So the re-read happens only
+/// while an endpoint keeps the list non-empty (the caller's) and when every listed device opens;
+/// returns false when it did not happen (try again shortly).
+pub(crate) fn forget_removed_devices() -> bool {
     let _l = lifecycle();
+    if !every_device_opens() {
+        return false;
+    }
     let mut n = 0;
     // SAFETY: rdma_get_devices returns a NULL-terminated array (or NULL) that rdma_free_devices
     // releases; nothing is kept from it.
@@ -129,6 +135,31 @@ pub(crate) fn forget_removed_devices() {
         if !list.is_null() {
             rdma_sys::rdma_free_devices(list);
         }
+    }
+    true
+}
+
+/// Whether every RDMA device libibverbs lists can be opened now.
+fn every_device_opens() -> bool {
+    let mut n = 0;
+    // SAFETY: ibv_get_device_list returns an array of n device pointers (or NULL), freed below;
+    // each opened context is closed at once.
+    unsafe {
+        let list = rdma_sys::ibv_get_device_list(&mut n);
+        if list.is_null() {
+            return false;
+        }
+        let mut ok = true;
+        for i in 0..usize::try_from(n).unwrap_or(0) {
+            let ctx = rdma_sys::ibv_open_device(*list.add(i));
+            if ctx.is_null() {
+                ok = false;
+            } else {
+                rdma_sys::ibv_close_device(ctx);
+            }
+        }
+        rdma_sys::ibv_free_device_list(list);
+        ok
     }
 }
 
