@@ -360,7 +360,6 @@ pub fn serve(
             lost: false,
             gen: 0,
             epoch: 0,
-            release_tries: 0,
         };
         if let Err(e) = run_queue(qid, dev, ch, geo, mode, link, st, &shared) {
             tracing::error!("queue {qid}: {e}");
@@ -607,8 +606,6 @@ struct Link {
     gen: u16,
     /// The [`SessionLink`] failure epoch this queue has acted on.
     epoch: u32,
-    /// Attempts to release a removed RDMA device (see [`Endpoint::release_if_removed`]).
-    release_tries: u32,
 }
 
 impl Link {
@@ -821,7 +818,7 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
     let down_for = now.duration_since(since);
     status.publish(&res.ch, link.state());
     // the device under the channel is going away: let go of it at once (the removal waits for us)
-    res.ch.transport().release_if_removed(&mut link.release_tries);
+    res.ch.transport().release_if_removed();
     if !link.fail_fast && link.timers.fast_io_fail().is_some_and(|t| down_for >= t) {
         link.fail_fast = true;
         tracing::warn!("queue {qid}: fast_io_fail_tmo expired after {down_for:.1?}: failing I/O");
@@ -864,7 +861,6 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
             res.ch.set_hold(false);
             res.ch.resume();
             link.since = None;
-            link.release_tries = 0;
             link.next_try = None;
             link.fail_fast = false;
             status.reconnects.fetch_add(1, Relaxed);

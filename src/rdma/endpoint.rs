@@ -718,30 +718,21 @@ impl Endpoint {
         !self.dev_path.as_os_str().is_empty() && !self.dev_path.exists()
     }
 
-    /// If the device under this endpoint is being removed: has librdmacm re-read its device list
-    /// while this endpoint still holds the device (so librdmacm marks it dead: see
-    /// [`super::forget_removed_devices`]), then closes the endpoint, which drops librdmacm's last
-    /// reference and with it its handle on the device. The kernel finishes the removal only once
-    /// every user has closed it. Called again while the re-read cannot happen yet; after `tries`
-    /// calls it closes anyway (the removal then waits for the daemon to exit). Returns whether it
-    /// released.
-    pub fn release_if_removed(&mut self, tries: &mut u32) -> bool {
+    /// Closes this endpoint now if its device is being removed (see [`Endpoint::device_removed`]);
+    /// returns whether it did. The kernel finishes a removal only once every user has closed the
+    /// device; librdmacm (44) keeps a handle of its own on every device it has used and lets go of
+    /// it only when it re-reads its device list, which `rdma_get_devices` does -- and that call,
+    /// tried here, left librdmacm's list empty with devices present after a second removal, and its
+    /// next initialisation deadlocked on its own lock (lab, tests/lab/examples/device-removal.sh).
+    /// So the removal completes when this process exits.
+    pub fn release_if_removed(&mut self) -> bool {
         if self.closed || !self.device_removed() {
             return false;
         }
-        *tries += 1;
-        let forgot = super::forget_removed_devices();
-        if !forgot && *tries < 40 {
-            return false;
-        }
         tracing::warn!(
-            "RDMA device {} is being removed: releasing it{}",
-            self.device,
-            if forgot {
-                ""
-            } else {
-                " (librdmacm keeps its handle: the removal completes when this daemon exits)"
-            }
+            "RDMA device {} is being removed: releasing this channel (librdmacm keeps its own \
+             handle: the removal completes when this daemon exits, at dev_loss_tmo or `del`)",
+            self.device
         );
         self.close();
         true

@@ -102,65 +102,13 @@ fn rej_hint(reason: LoginRejReason, dest: &SocketAddr) -> String {
     }
 }
 
-/// The lock every thread holds across librdmacm's lifecycle calls (a login, an endpoint's teardown,
-/// [`forget_removed_devices`]): librdmacm 44 can leave its internal lock held when a device list
-/// sync runs concurrently with another thread destroying an id, wedging every later call. Never taken
-/// on the I/O path.
+/// The lock every thread holds across librdmacm's lifecycle calls (a login, an endpoint's
+/// teardown): queues reconnecting together would otherwise run librdmacm's device-list
+/// bookkeeping concurrently with each other's teardown, which librdmacm 44 does not survive in every
+/// interleaving around a device removal. Never taken on the I/O path.
 pub(crate) fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Has librdmacm re-read the device list, so that it lets go of a device that is being removed (it
-/// keeps a handle open per device; the kernel waits for every handle before it lets the device go).
-/// Call while an endpoint on that device is still open: librdmacm then marks the device dead and
-/// closes its handle when that endpoint's CM id goes.
-///
-/// Two traps in librdmacm 44, both seen in the lab as a daemon whose every later CM call hung:
-/// `rdma_get_devices` drops a listed device it cannot open (one half-way through removal or
-/// creation) although the device list still holds it, and once its own list is empty while devices
-/// exist, its initialisation re-enters itself and deadlocks on its lock. So the re-read happens only
-/// while an endpoint keeps the list non-empty (the caller's) and when every listed device opens;
-/// returns false when it did not happen (try again shortly).
-pub(crate) fn forget_removed_devices() -> bool {
-    let _l = lifecycle();
-    if !every_device_opens() {
-        return false;
-    }
-    let mut n = 0;
-    // SAFETY: rdma_get_devices returns a NULL-terminated array (or NULL) that rdma_free_devices
-    // releases; nothing is kept from it.
-    unsafe {
-        let list = rdma_sys::rdma_get_devices(&mut n);
-        if !list.is_null() {
-            rdma_sys::rdma_free_devices(list);
-        }
-    }
-    true
-}
-
-/// Whether every RDMA device libibverbs lists can be opened now.
-fn every_device_opens() -> bool {
-    let mut n = 0;
-    // SAFETY: ibv_get_device_list returns an array of n device pointers (or NULL), freed below;
-    // each opened context is closed at once.
-    unsafe {
-        let list = rdma_sys::ibv_get_device_list(&mut n);
-        if list.is_null() {
-            return false;
-        }
-        let mut ok = true;
-        for i in 0..usize::try_from(n).unwrap_or(0) {
-            let ctx = rdma_sys::ibv_open_device(*list.add(i));
-            if ctx.is_null() {
-                ok = false;
-            } else {
-                rdma_sys::ibv_close_device(ctx);
-            }
-        }
-        rdma_sys::ibv_free_device_list(list);
-        ok
-    }
 }
 
 impl RdmaError {

@@ -1,8 +1,13 @@
-# The RDMA device is removed and comes back (rdma link delete rxe0 / add) under verified writes,
-# twice: srp-ublk lets go of the device at once (the delete completes: the kernel waits for every
-# user), holds I/O while it is gone, reconnects once the device and the LIO port are back; 0 verify
-# errors. A second device (rxe1 on dummy1) stays up throughout: librdmacm re-reads its device list,
-# and so closes its handle on the removed one, only while some device is left.
+#!/bin/sh
+# just lab-run tests/lab/examples/device-removal.sh -- an open problem (issue 7), kept as its
+# reproduction, not in the suite. The RDMA device is removed and comes back (rdma link delete rxe0 /
+# add) under verified writes, twice. srp-ublk closes its channels on the device at once, but
+# librdmacm 44 keeps a handle of its own on every device it has used, and the kernel finishes the
+# removal only when every handle is closed: `rdma link delete` waits until the daemon exits. Making
+# librdmacm let go (rdma_get_devices re-reads its list) worked for the first removal and deadlocked
+# librdmacm on the second (its device list left empty with devices present; its initialisation then
+# re-enters itself under its own lock), so it is not done. A second device (rxe1 on dummy1) stays up
+# throughout: librdmacm re-reads its device list only while some device is left.
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh
 ublk_cleanup   # nothing left over from an earlier test may count in the queue states below
@@ -35,7 +40,7 @@ fault_up() {   # rxe0 back (same MAC: same GID), the LIO port configured again
 fault_cycles 2 removal "$dev" 60
 fault_finish "$r0"
 # the delete finished because srp-ublk let go of the device (rxe cannot revoke a user's handle)
-rel=$(cat /run/srp-ublk/logs/*.log | grep -c 'is being removed: releasing it')
+rel=$(cat /run/srp-ublk/logs/*.log | grep -c 'is being removed: releasing')
 [ "$rel" -ge 2 ] || fail "the daemon did not log releasing the removed device (${rel} times)"
 ok "the daemon released the removed device $rel times (queues x removals)"
 trap - EXIT
