@@ -643,12 +643,11 @@ impl<T: Transport> Channel<T> {
         self.paused = false;
         // what the request ended is sent again, with a new generation: a late response to the old
         // one is dropped
-        let ended: Vec<u16> = match t.target {
-            Some((tag, gen)) => vec![tag]
-                .into_iter()
-                .filter(|&tag| self.tags[usize::from(tag)].gen == gen)
-                .collect(),
-            None => (0..self.cfg.depth).collect(),
+        let ended = match t.target {
+            Some((tag, gen)) if self.tags[usize::from(tag)].gen == gen => tag..tag + 1,
+            // answered after the command itself: nothing to send again
+            Some(_) => 0..0,
+            None => 0..self.cfg.depth,
         };
         for tag in ended {
             let e = &mut self.tags[usize::from(tag)];

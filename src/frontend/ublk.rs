@@ -817,7 +817,7 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
     });
     let down_for = now.duration_since(since);
     status.publish(&res.ch, link.state());
-    // the device under the channel is going away: let go of it at once (the removal waits for us)
+    // the device under the channel is going away: let go of what is ours on it at once
     res.ch.transport().release_if_removed();
     if !link.fail_fast && link.timers.fast_io_fail().is_some_and(|t| down_for >= t) {
         link.fail_fast = true;
