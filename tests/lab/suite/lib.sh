@@ -61,10 +61,14 @@ fault_finish() {
     wait_running 120 >/dev/null || fail "queues not running 120 s after the last fault: $(queue_states)"
     expect_eq "queue states after the faults" "$(queue_states)" "running running "
 }
-# verify_start DEV SIZE: fio writing and verifying (crc32c) in the background until verify_stop
+# verify_start DEV SIZE: fio writing and verifying (crc32c) in the background until verify_stop.
+# io_uring, not libaio: twice (after link flaps, after a daemon kill and recover) a libaio fio sat in
+# io_getevents for minutes with nothing in flight anywhere (blk-mq empty, tags free, the daemon idle
+# with every credit back) until a signal interrupted the wait and it found its completion: the
+# kernel's aio wakeup, not the device.
 verify_start() {
     rm -f /tmp/fio-verify.done
-    ( fio --name=v --filename="$1" --ioengine=libaio --direct=1 --rw=randwrite --bsrange=4k-64k \
+    ( fio --name=v --filename="$1" --ioengine=io_uring --direct=1 --rw=randwrite --bsrange=4k-64k \
         --iodepth=16 --size="$2" --loops=1000 --time_based --runtime=3600 \
         --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
         --output=/tmp/fio-verify.txt; echo $? > /tmp/fio-verify.done ) &
