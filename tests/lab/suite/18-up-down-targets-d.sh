@@ -1,0 +1,42 @@
+# `up` / `down` over a targets.d directory: a target file with two LUNs brings up two devices; `up`
+# again leaves them alone; after `kill -9` of one device's daemon, `up` recovers that device (the
+# same /dev/ublkbN, its data intact) and `--supervise` would have exited; `down` removes both.
+. /usr/lib/srp-lab/suite/lib.sh
+ublk_cleanup
+export SRP_UBLK_CONF_DIR=/tmp/targets.d
+trap 'show_logs; ublk_cleanup' EXIT
+mkdir -p "$SRP_UBLK_CONF_DIR"
+cat > "$SRP_UBLK_CONF_DIR/lab.conf" <<CONF
+# the lab target, LUNs 1 and 2
+target = $SRP_TARGET
+lun = 1,2
+queues = 1
+fast_io_fail_tmo = 30
+CONF
+out=$(srp-ublk up lab) || fail "up: $out"
+echo "$out"
+expect_eq "devices after up" "$(srp-ublk list | grep -c '^/dev/ublkb')" 2
+d1=$(srp-ublk list | grep 'lun 1 ' | cut -d' ' -f1)
+d2=$(srp-ublk list | grep 'lun 2 ' | cut -d' ' -f1)
+[ -b "$d1" ] && [ -b "$d2" ] || fail "no devices for LUNs 1 and 2: $(srp-ublk list)"
+pattern /tmp/up1 2
+dd if=/tmp/up1 of="$d1" bs=1M seek=4 oflag=direct conv=fsync 2>/dev/null || fail "write $d1"
+out=$(srp-ublk up lab) || fail "second up: $out"
+expect_contains "second up" "$out" "LUN 1 is up: $d1"
+expect_eq "devices after the second up" "$(srp-ublk list | grep -c '^/dev/ublkb')" 2
+id1=${d1#/dev/ublkb}
+pid=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/ublkb$id1.json" | grep -o '[0-9]*$')
+kill -9 "$pid"; sleep 2
+expect_contains "list with a daemon dead" "$(srp-ublk list)" "DAEMON GONE"
+out=$(srp-ublk up lab) || fail "up after kill -9: $out"
+expect_contains "up after kill -9" "$out" "LUN 1: $d1 lost its daemon: recovering"
+expect_eq "LUN 1's data after recovery" "$(sha_range "$d1" 4 2)" "$(sha256sum < /tmp/up1 | cut -c1-64)"
+out=$(srp-ublk down lab) || fail "down: $out"
+echo "$out"
+i=0; while [ -n "$(ls /dev/ublkb* 2>/dev/null)" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq "devices after down" "$(ls /dev/ublkb* 2>/dev/null | wc -l)" 0
+echo "target = x" > "$SRP_UBLK_CONF_DIR/bad.conf"; echo "bogus = 1" >> "$SRP_UBLK_CONF_DIR/bad.conf"
+out=$(srp-ublk up bad 2>&1) && fail "up of a bad target file succeeded"
+expect_contains "up of a bad file" "$out" "bad.conf:2: unknown key 'bogus'"
+trap - EXIT
+ublk_cleanup
