@@ -254,7 +254,11 @@ pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
                     d.pid
                 ),
                 Ok(_) => {}
-                Err(_) => bail!("/dev/ublkb{id} was deleted outside the unit: exiting"),
+                Err(_) => {
+                    // deleted (`srp-ublk down` as the unit stops, or `del`): nothing to watch
+                    println!("/dev/ublkb{id} was deleted: the target is no longer up");
+                    return Ok(());
+                }
             }
         }
     }
