@@ -181,7 +181,7 @@ fn add_each(a: &AddArgs, luns: &[u64]) -> anyhow::Result<()> {
 }
 
 /// `argv` without its `--lun X` / `--lun=X`.
-fn without_lun(argv: &[std::ffi::OsString]) -> Vec<std::ffi::OsString> {
+pub(crate) fn without_lun(argv: &[std::ffi::OsString]) -> Vec<std::ffi::OsString> {
     let mut out = Vec::with_capacity(argv.len());
     let mut skip = false;
     for a in argv {

@@ -4,9 +4,10 @@
 //! dev-loss-tmo; `#` comments). `up` adds each LUN's device, or recovers it when a device of that
 //! target and LUN is left without its daemon; with `--supervise` (the systemd unit) it then tells
 //! systemd it is ready and exits with an error as soon as one of its devices loses its daemon, so
-//! `Restart=on-failure` brings it back through ublk recovery.
+//! `Restart=on-failure` brings it back through ublk recovery; it also looks for new LUNs of targets
+//! configured with `lun = all` every `--rescan` seconds and attaches them.
 
-use super::add::{spawn_daemon, AddArgs};
+use super::add::{spawn_daemon, without_lun, AddArgs};
 use super::{Cli, Command, LunSel};
 use anyhow::{bail, Context};
 use clap::{Args, Parser};
@@ -48,6 +49,10 @@ pub struct UpArgs {
     /// starts when an RDMA port appears).
     #[arg(long, conflicts_with = "supervise")]
     pub start_units: bool,
+    /// With --supervise: seconds between looks for new LUNs of targets configured with
+    /// `lun = all` (a LUN mapped on the target at run time gets its device), 0 for never.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub rescan: u64,
 }
 
 /// `srp-ublk down ...`
@@ -177,11 +182,17 @@ fn devices_of(c: &Conf) -> Vec<DeviceState> {
 }
 
 /// Brings every LUN of `c` up; returns the device ids.
-fn up_one(c: &Conf) -> anyhow::Result<Vec<u32>> {
+/// Brings every LUN of `c` up (with `quiet`, says nothing of LUNs already up); returns the device
+/// ids.
+fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
     let mut ids = Vec::new();
     for lun in luns(c)? {
         match device_of(c, lun) {
-            Some(d) if d.daemon_alive() => println!("{}: LUN {lun} is up: {}", c.name, d.bdev),
+            Some(d) if d.daemon_alive() => {
+                if !quiet {
+                    println!("{}: LUN {lun} is up: {}", c.name, d.bdev)
+                }
+            }
             Some(d) => {
                 println!(
                     "{}: LUN {lun}: {} lost its daemon: recovering",
@@ -190,18 +201,9 @@ fn up_one(c: &Conf) -> anyhow::Result<Vec<u32>> {
                 super::recover::recover_one(&d, c.add.session.timeout)?;
             }
             None => {
+                let conf: Vec<std::ffi::OsString> = c.argv.iter().map(Into::into).collect();
                 let mut argv: Vec<std::ffi::OsString> = vec!["add".into()];
-                let mut skip = false;
-                for a in &c.argv {
-                    if std::mem::take(&mut skip) {
-                        continue;
-                    }
-                    if a == "--lun" {
-                        skip = true;
-                        continue;
-                    }
-                    argv.push(a.into());
-                }
+                argv.extend(without_lun(&conf));
                 argv.extend(["--lun".into(), lun.to_string().into()]);
                 print!("{}: LUN {lun}: ", c.name);
                 spawn_daemon(&argv, c.add.session.timeout, false)?;
@@ -237,14 +239,36 @@ pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut ids = Vec::new();
     for c in &confs {
-        ids.extend(up_one(c).with_context(|| format!("bringing {} up", c.name))?);
+        ids.extend(up_one(c, false).with_context(|| format!("bringing {} up", c.name))?);
     }
     if !a.supervise {
         return Ok(());
     }
     notify_ready()?;
+    let mut last_scan = std::time::Instant::now();
     loop {
         std::thread::sleep(Duration::from_secs(1));
+        if a.rescan > 0 && last_scan.elapsed() >= Duration::from_secs(a.rescan) {
+            last_scan = std::time::Instant::now();
+            for c in confs
+                .iter()
+                .filter(|c| c.add.session.lun == Some(LunSel::All))
+            {
+                match up_one(c, true) {
+                    Ok(now) => {
+                        for i in now {
+                            if !ids.contains(&i) {
+                                ids.push(i);
+                            }
+                        }
+                    }
+                    Err(e) => eprintln!(
+                        "srp-ublk: warning: looking for new LUNs of {}: {e:#}",
+                        c.name
+                    ),
+                }
+            }
+        }
         for id in &ids {
             match DeviceState::read(&DeviceState::path(*id)) {
                 Ok(d) if !d.daemon_alive() => bail!(

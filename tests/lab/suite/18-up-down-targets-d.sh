@@ -1,6 +1,7 @@
 # `up` / `down` over a targets.d directory: a target file with two LUNs brings up two devices; `up`
 # again leaves them alone; after `kill -9` of one device's daemon, `up` recovers that device (the
-# same /dev/ublkbN, its data intact) and `--supervise` would have exited; `down` removes both.
+# same /dev/ublkbN, its data intact); `down` removes both. Under `up --supervise`, a target file with
+# `lun = all` gets a device for a LUN mapped on the target at run time.
 . /usr/lib/srp-lab/suite/lib.sh
 ublk_cleanup
 export SRP_UBLK_CONF_DIR=/tmp/targets.d
@@ -35,6 +36,32 @@ out=$(srp-ublk down lab) || fail "down: $out"
 echo "$out"
 i=0; while [ -n "$(ls /dev/ublkb* 2>/dev/null)" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 expect_eq "devices after down" "$(ls /dev/ublkb* 2>/dev/null | wc -l)" 0
+# lun = all under --supervise: a LUN mapped on the target at run time gets its device
+cat > "$SRP_UBLK_CONF_DIR/all.conf" <<CONF
+target = $SRP_TARGET
+lun = all
+queues = 1
+CONF
+srp-ublk up --supervise --rescan 2 all > /tmp/supervise.log 2>&1 & sup=$!
+i=0; while [ "$(srp-ublk list | grep -c '^/dev/ublkb')" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq "devices from lun = all" "$(srp-ublk list | grep -c '^/dev/ublkb')" 3
+rd=/sys/kernel/config/target/core/rd_mcp_0/ramdisk3
+mkdir -p $rd && echo rd_pages=2048 > $rd/control && echo 1 > $rd/enable &&
+    echo "5e7a1b03-0000-4000-8000-000000000000" > $rd/wwn/vpd_unit_serial &&
+    mkdir -p "$SRP_TPG/lun/lun_3" && ln -s $rd "$SRP_TPG/lun/lun_3/ramdisk3" &&
+    mkdir -p "$SRP_TPG/acls/10.77.0.1/lun_3" && ln -s "$SRP_TPG/lun/lun_3" "$SRP_TPG/acls/10.77.0.1/lun_3/lun_3" ||
+    fail "mapping LUN 3 on the target"
+t=$(now)
+i=0; while ! srp-ublk list | grep -q 'lun 3 ' && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+d3=$(srp-ublk list | grep 'lun 3 ' | cut -d' ' -f1)
+[ -b "$d3" ] || { cat /tmp/supervise.log; fail "no device for LUN 3 within 60 s of mapping it"; }
+echo "LUN 3 mapped at run time: $d3 after $(since "$t") s (rescan every 2 s)"
+expect_eq "size of the new LUN" "$(blockdev --getsize64 "$d3")" $((8 << 20))
+kill -0 $sup || fail "the supervisor exited: $(cat /tmp/supervise.log)"
+kill $sup; wait $sup
+srp-ublk down all >/dev/null || fail "down all"
+rm "$SRP_TPG/acls/10.77.0.1/lun_3/lun_3" "$SRP_TPG/lun/lun_3/ramdisk3"
+rmdir "$SRP_TPG/acls/10.77.0.1/lun_3" "$SRP_TPG/lun/lun_3" $rd
 echo "target = x" > "$SRP_UBLK_CONF_DIR/bad.conf"; echo "bogus = 1" >> "$SRP_UBLK_CONF_DIR/bad.conf"
 out=$(srp-ublk up bad 2>&1) && fail "up of a bad target file succeeded"
 expect_contains "up of a bad file" "$out" "bad.conf:2: unknown key 'bogus'"
