@@ -314,6 +314,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     state.poll = format!("{:?}", a.poll).to_lowercase();
     state.timers = Some(a.timers()?);
     state.log = std::env::var(LOG_ENV).unwrap_or_default();
+    state.unit = srp_ublk::session::state::own_unit();
     let status: Arc<Vec<QueueStatus>> = Arc::new(
         (0..state.queues.len())
             .map(|_| QueueStatus::default())

@@ -74,6 +74,9 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
             d.pid
         );
         println!("    target {}", d.target);
+        if let Some(u) = &d.unit {
+            println!("    unit {u}");
+        }
         if let Some(w) = &d.wwid {
             println!("    wwid {w}");
         }

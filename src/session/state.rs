@@ -69,8 +69,28 @@ pub struct DeviceState {
     pub rdma_device: String,
     /// The daemon's log file.
     pub log: String,
+    /// The systemd unit whose cgroup the daemon runs in (e.g. `srp-ublk@lab.service`), if any.
+    #[serde(default)]
+    pub unit: Option<String>,
     /// One entry per queue/channel.
     pub queues: Vec<QueueState>,
+}
+
+/// The systemd service a process runs in, from its `/proc/PID/cgroup` text: the last path component
+/// ending in `.service` (cgroup v2 `0::/system.slice/system-srp\x2dublk.slice/srp-ublk@lab.service`).
+pub fn unit_from_cgroup(text: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|l| l.rsplit_once(':').map(|(_, path)| path))
+        .flat_map(|path| path.rsplit('/'))
+        .find(|c| c.ends_with(".service"))
+        .map(String::from)
+}
+
+/// The systemd service this process runs in, if any.
+pub fn own_unit() -> Option<String> {
+    std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| unit_from_cgroup(&t))
 }
 
 impl DeviceState {
@@ -126,6 +146,20 @@ impl DeviceState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unit_from_the_cgroup_path() {
+        assert_eq!(
+            unit_from_cgroup("0::/system.slice/system-srp\\x2dublk.slice/srp-ublk@lab.service\n"),
+            Some("srp-ublk@lab.service".into())
+        );
+        assert_eq!(
+            unit_from_cgroup("0::/user.slice/user-0.slice/session-3.scope\n"),
+            None
+        );
+        assert_eq!(unit_from_cgroup("0::/\n"), None);
+        assert_eq!(unit_from_cgroup(""), None);
+    }
 
     #[test]
     fn round_trip_through_a_run_dir() {

@@ -34,6 +34,10 @@ for d in $devs; do
 done
 expect_eq "reconnects (a SINGLE login would have torn the earlier devices' channels down)" "$(reconnects)" 0
 expect_eq "queue states" "$(queue_states)" "running running running "
+js=$(srp-ublk list --json)
+expect_contains "list --json" "$js" '"lun": 2'
+expect_contains "list --json" "$js" '"wwid": "360014055e7a1b02'
+expect_contains "list --json" "$js" '"unit": null'   # not started by systemd
 
 # identifiers: the same WWN the kernel's sd disk of each LUN has
 lab-ref-attach >/dev/null || fail "lab-ref-attach"
