@@ -425,8 +425,7 @@ impl<T: Transport> Channel<T> {
                 detail: e.to_string(),
             })?;
         self.t.post_send(tag, n, imm)?;
-        self.req_lim -= 1;
-        self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
+        self.take_credit();
         self.stats.cmds += 1;
         self.tags[idx].state = TagState::InFlight {
             send_done: false,
@@ -449,11 +448,25 @@ impl<T: Transport> Channel<T> {
             }
             return;
         };
-        self.t.send_buf(slot)[..16].copy_from_slice(&iu);
-        if let Err(e) = self.t.post_send(slot, 16, None) {
+        self.post_extra(slot, &iu);
+    }
+
+    /// Posts `iu` on extra send slot `slot`; if that fails, gives the slot back and takes the
+    /// channel down. Returns whether it went.
+    fn post_extra(&mut self, slot: u16, iu: &[u8]) -> bool {
+        self.t.send_buf(slot)[..iu.len()].copy_from_slice(iu);
+        if let Err(e) = self.t.post_send(slot, iu.len(), None) {
             self.extra_free.push(slot);
             self.set_down(DownReason::Transport(e.to_string()));
+            return false;
         }
+        true
+    }
+
+    /// One credit spent on a request (SRP_CMD or SRP_TSK_MGMT).
+    fn take_credit(&mut self) {
+        self.req_lim -= 1;
+        self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
     }
 
     /// Sends SRP_I_LOGOUT (the target may ignore it; LIO does). Costs no credit.
@@ -607,14 +620,10 @@ impl<T: Transport> Channel<T> {
             task_tag,
         }
         .encode();
-        self.t.send_buf(slot)[..iu.len()].copy_from_slice(&iu);
-        if let Err(e) = self.t.post_send(slot, iu.len(), None) {
-            self.extra_free.push(slot);
-            self.set_down(DownReason::Transport(e.to_string()));
+        if !self.post_extra(slot, &iu) {
             return;
         }
-        self.req_lim -= 1;
-        self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
+        self.take_credit();
         self.stats.tmfs += 1;
         self.paused = func == TskMgmtFunc::LunReset;
         self.tmf = Some(Tmf {
