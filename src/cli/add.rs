@@ -439,11 +439,9 @@ fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, D
 /// Whether a live srp-ublk device (another LUN of the target, say) has channels in the nexus a
 /// login to `target` would join.
 fn nexus_in_use(target: &TargetSpec) -> bool {
-    DeviceState::all().iter().any(|d| {
-        d.pid != std::process::id()
-            && d.daemon_alive()
-            && TargetSpec::parse(&d.target).is_ok_and(|t| t.same_nexus(target))
-    })
+    DeviceState::of_nexus(target)
+        .iter()
+        .any(|d| d.pid != std::process::id() && d.daemon_alive())
 }
 
 fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {

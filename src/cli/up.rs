@@ -168,20 +168,11 @@ fn luns(c: &Conf) -> anyhow::Result<Vec<u64>> {
 
 /// The device serving LUN `lun` of `c`'s target, if there is one.
 fn device_of(c: &Conf, lun: u64) -> Option<DeviceState> {
-    DeviceState::all().into_iter().find(|d| {
-        d.lun == lun && TargetSpec::parse(&d.target).is_ok_and(|t| t.same_nexus(&c.target))
-    })
-}
-
-/// Every device of `c`'s target, whatever the LUN.
-fn devices_of(c: &Conf) -> Vec<DeviceState> {
-    DeviceState::all()
+    DeviceState::of_nexus(&c.target)
         .into_iter()
-        .filter(|d| TargetSpec::parse(&d.target).is_ok_and(|t| t.same_nexus(&c.target)))
-        .collect()
+        .find(|d| d.lun == lun)
 }
 
-/// Brings every LUN of `c` up; returns the device ids.
 /// Brings every LUN of `c` up (with `quiet`, says nothing of LUNs already up); returns the device
 /// ids.
 fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
@@ -293,7 +284,7 @@ pub fn run_down(a: DownArgs) -> anyhow::Result<()> {
     let mut failed = 0;
     for n in names(&a.names)? {
         let c = read_conf(&n)?;
-        for d in devices_of(&c) {
+        for d in DeviceState::of_nexus(&c.target) {
             match super::del::del_one(&d, Duration::from_secs(a.timeout)) {
                 Ok(()) => println!("{n}: deleted {}", d.bdev),
                 Err(e) => {

@@ -2,6 +2,7 @@
 //! `del` (and later `recover`) need. Written by the daemon when the device goes live, refreshed with
 //! live counters while it runs, removed when it stops.
 
+use crate::wire::target::TargetSpec;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -130,6 +131,15 @@ impl DeviceState {
             .collect();
         v.sort_by_key(|d| d.dev_id);
         v
+    }
+
+    /// Every device whose target a login to `target` would share the I_T nexus with (its other
+    /// LUNs included), sorted by id.
+    pub fn of_nexus(target: &TargetSpec) -> Vec<DeviceState> {
+        Self::all()
+            .into_iter()
+            .filter(|d| TargetSpec::parse(&d.target).is_ok_and(|t| t.same_nexus(target)))
+            .collect()
     }
 
     /// Whether the serving daemon is alive.
