@@ -63,6 +63,11 @@ pub struct DownArgs {
     /// Seconds to wait for each device to go away.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+    /// As a unit's ExecStop=: detach only when the unit is stopped on purpose. systemd runs
+    /// ExecStop= also after the supervisor exited on its own (a device lost its daemon), with
+    /// $MAINPID unset; the devices are then kept, for Restart= to recover them.
+    #[arg(long)]
+    pub unit_stop: bool,
 }
 
 /// A target file, read.
@@ -239,6 +244,7 @@ pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
     let mut last_scan = std::time::Instant::now();
     loop {
         std::thread::sleep(Duration::from_secs(1));
+        reap_children();
         if a.rescan > 0 && last_scan.elapsed() >= Duration::from_secs(a.rescan) {
             last_scan = std::time::Instant::now();
             for c in confs
@@ -281,6 +287,13 @@ pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
 
 /// Runs `down`.
 pub fn run_down(a: DownArgs) -> anyhow::Result<()> {
+    if a.unit_stop && std::env::var_os("MAINPID").is_none_or(|p| p.is_empty()) {
+        println!(
+            "the supervisor exited on its own ({}): devices kept for the unit's restart to recover",
+            std::env::var("SERVICE_RESULT").unwrap_or_else(|_| "no result given".into())
+        );
+        return Ok(());
+    }
     let mut failed = 0;
     for n in names(&a.names)? {
         let c = read_conf(&n)?;
@@ -298,6 +311,17 @@ pub fn run_down(a: DownArgs) -> anyhow::Result<()> {
         bail!("{failed} device(s) not deleted");
     }
     Ok(())
+}
+
+/// Reaps the daemons this supervisor started that have exited (`del`, or killed), so that none
+/// stays a zombie while the supervisor runs.
+fn reap_children() {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if st == WaitStatus::StillAlive {
+            break;
+        }
+    }
 }
 
 /// sd_notify(READY=1) when systemd asked for it ($NOTIFY_SOCKET: a path, or @abstract).

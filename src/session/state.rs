@@ -144,7 +144,11 @@ impl DeviceState {
 
     /// Whether the serving daemon is alive.
     pub fn daemon_alive(&self) -> bool {
-        Path::new(&format!("/proc/{}", self.pid)).exists()
+        // a zombie (killed, not yet reaped by its parent: `up --supervise` is one) is dead too
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|s| proc_state(&s))
+            .is_some_and(|st| st != 'Z' && st != 'X')
     }
 
     /// Removes the state file.
@@ -153,9 +157,21 @@ impl DeviceState {
     }
 }
 
+/// The state letter of a /proc/PID/stat line ("123 (comm) S ..."; comm may hold spaces and ')').
+fn proc_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_state_after_the_last_paren() {
+        assert_eq!(proc_state("42 (srp-ublk) S 1 42"), Some('S'));
+        assert_eq!(proc_state("42 (a) b) Z 1 42"), Some('Z'));
+        assert_eq!(proc_state("garbage"), None);
+    }
 
     #[test]
     fn unit_from_the_cgroup_path() {

@@ -5,7 +5,8 @@
 # usage: tests/lab/lab.sh prep            install host packages, download + unpack the kernel (cached)
 #        tests/lab/lab.sh image           prep + build the cached base initramfs
 #        tests/lab/lab.sh run FILE        run shell script FILE inside a fresh guest; exits with its status
-#        tests/lab/lab.sh test            run the end-to-end suite (tests/lab/suite) in one guest
+#        tests/lab/lab.sh test            run the end-to-end suite: tests/lab/suite in one guest, then
+#                                         tests/lab/suite/systemd in a systemd guest (LAB_BOOT=systemd)
 #        tests/lab/lab.sh demo            boot, show the target and attach it (tests/lab/demo.sh)
 #        tests/lab/lab.sh selftest        prove lab-run propagates exit codes (a script exiting 3 -> 3)
 #
@@ -14,12 +15,15 @@
 #   LAB_MEM       guest memory (default 3072M)        LAB_SMP    guest vCPUs (default 2)
 #   SRP_LUN_MB    size of the LIO ramdisk LUN (default 256)
 #   LAB_SETUP     full (default: rxe + LIO target + ib_srp) or minimal (boot only; no fabric)
+#   LAB_BOOT      init (default: busybox /init, no init system) or systemd (a Debian root made by
+#                 mmdebstrap boots systemd and udev; srp-ublk's units and rules installed)
 #   KPKG          kernel package to use instead of the newest 6.12 from bookworm-backports
 #   LAB_ONLY      with 'test': run only the suite tests whose name contains this
 #   SRP_UBLK_BIN  srp-ublk binary to put in the guest (default target/release/srp-ublk)
 #
 # Everything is cached under target/lab/ (kernel .deb, unpacked kernel, base initramfs); the files
-# a guest script writes to $LAB_OUT come back under target/lab/out/.
+# a guest script writes to $LAB_OUT come back under target/lab/out/ (target/lab/out/systemd/ for
+# LAB_BOOT=systemd).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -31,12 +35,14 @@ LAB_MEM=${LAB_MEM:-3072M}
 LAB_SMP=${LAB_SMP:-2}
 SRP_LUN_MB=${SRP_LUN_MB:-256}
 LAB_SETUP=${LAB_SETUP:-full}
+LAB_BOOT=${LAB_BOOT:-init}
 SRP_UBLK_BIN=${SRP_UBLK_BIN:-$ROOT_DIR/target/release/srp-ublk}
 KSERIES=6.12
 
 # Host packages: qemu-system-x86 must match the image's qemu-utils, which comes from bookworm-backports.
 HOST_PKGS="qemu-system-x86 qemu-utils busybox-static ibverbs-utils ibverbs-providers rdmacm-utils fio
-           iproute2 kmod cpio gzip xz-utils zstd perftest e2fsprogs libnbd-bin linux-perf strace elfutils"
+           iproute2 kmod cpio gzip xz-utils zstd perftest e2fsprogs libnbd-bin linux-perf strace elfutils
+           mmdebstrap"
 APTO=(-o "Dir::Etc::SourceList=$APTDIR/sources.list" -o Dir::Etc::SourceParts=/nonexistent
       -o "Dir::State::Lists=$APTDIR/lists" -o "Dir::Cache=$APTDIR/cache")
 
@@ -119,6 +125,25 @@ prep() {
     kernel
 }
 
+# ------------------------------------------------------------------------------ kernel modules
+stage_modules() {   # stage_modules ROOT: the dependency closure of $GUEST_MODULES, decompressed, depmod'ed
+    local MD=$1/usr/lib/modules/$KV m ko rel
+    mkdir -p "$MD"
+    for m in $GUEST_MODULES; do
+        modprobe -d "$KDIR" -S "$KV" --show-depends "$m" 2>/dev/null || log "note: module $m not in $KPKG (built in or absent)"
+    done | awk '$1=="insmod"{print $2}' | sort -u | while read -r ko; do
+        rel=${ko#"$KDIR"/lib/modules/"$KV"/}
+        mkdir -p "$MD/$(dirname "$rel")"
+        case $ko in
+            *.xz) xz -dc "$ko" > "$MD/${rel%.xz}";;
+            *.zst) zstd -qdc "$ko" > "$MD/${rel%.zst}";;
+            *) cp "$ko" "$MD/$rel";;
+        esac
+    done
+    cp "$KDIR/lib/modules/$KV"/modules.{order,builtin,builtin.modinfo} "$MD/"
+    depmod -b "$1" "$KV"
+}
+
 # ------------------------------------------------------------------------------ base initramfs
 # The base image holds everything but the project's own files; it is cached by a key over the kernel,
 # this script and the guest files, so a second run neither downloads nor rebuilds it.
@@ -149,7 +174,7 @@ copy_with_libs() {
 }
 
 base_key() {
-    { echo "$KPKG $HOST_PKGS $GUEST_TOOLS $GUEST_MODULES"; sed -n '/^# ---.*base initramfs/,/^# ---.*project overlay/p' "$0"
+    { echo "$KPKG $HOST_PKGS $GUEST_TOOLS $GUEST_MODULES"; declare -f stage_modules copy_file copy_with_libs image
       dpkg-query -W busybox-static fio rdmacm-utils ibverbs-providers qemu-utils libnbd-bin perftest 2>/dev/null
     } | sha256sum | cut -c1-12
 }
@@ -158,7 +183,7 @@ image() {
     prep
     BASE=$LAB/base-$KV-$(base_key).cpio.gz
     [ -s "$BASE" ] && return 0
-    local t0=$SECONDS m ko rel
+    local t0=$SECONDS m
     log "building the base initramfs for $KV"
     STAGE=$LAB/stage.base
     rm -rf "$STAGE"; mkdir -p "$STAGE"/usr/{bin,sbin,lib,lib64} "$STAGE"/{proc,sys,dev,tmp,run,etc,root,lab,lab-out,mnt}
@@ -175,30 +200,56 @@ image() {
     cp /etc/services /etc/protocols /etc/mke2fs.conf "$STAGE/etc/" 2>/dev/null || true
     echo 'root:x:0:0:root:/root:/bin/sh' > "$STAGE/etc/passwd"; echo 'root:x:0:' > "$STAGE/etc/group"
     echo 'hosts: files' > "$STAGE/etc/nsswitch.conf"; echo '127.0.0.1 localhost' > "$STAGE/etc/hosts"
-    # kernel modules: the dependency closure, decompressed, with depmod run over the result
-    local MD=$STAGE/usr/lib/modules/$KV
-    mkdir -p "$MD"
-    for m in $GUEST_MODULES; do
-        modprobe -d "$KDIR" -S "$KV" --show-depends "$m" 2>/dev/null || log "note: module $m not in $KPKG (built in or absent)"
-    done | awk '$1=="insmod"{print $2}' | sort -u | while read -r ko; do
-        rel=${ko#"$KDIR"/lib/modules/"$KV"/}
-        mkdir -p "$MD/$(dirname "$rel")"
-        case $ko in
-            *.xz) xz -dc "$ko" > "$MD/${rel%.xz}";;
-            *.zst) zstd -qdc "$ko" > "$MD/${rel%.zst}";;
-            *) cp "$ko" "$MD/$rel";;
-        esac
-    done
-    cp "$KDIR/lib/modules/$KV"/modules.{order,builtin,builtin.modinfo} "$MD/"
-    depmod -b "$STAGE" "$KV"
+    stage_modules "$STAGE"
     (cd "$STAGE" && find . | cpio -o -H newc --quiet | gzip -1) > "$BASE.tmp"
     mv "$BASE.tmp" "$BASE"
     rm -rf "$STAGE"
     log "base initramfs $(du -h "$BASE" | cut -f1) built in $((SECONDS - t0)) s"
 }
 
+# ------------------------------------------------------------------------------ systemd root
+# LAB_BOOT=systemd boots a Debian root made by mmdebstrap (systemd, udev, multipath-tools, rdma-core,
+# fio) as the initramfs itself (rdinit=/sbin/init): the operations tests run srp-ublk the way an
+# administrator does, through its systemd units and udev rules. Cached by a key over the package list,
+# the kernel and this code; a rebuild takes about a minute.
+SYSROOT_PKGS="systemd systemd-sysv udev dbus kmod iproute2 rdma-core ibverbs-providers ibverbs-utils
+    rdmacm-utils fio multipath-tools e2fsprogs procps psmisc elfutils sysvinit-utils"
+# units that only slow the guest down or wait for a terminal nobody opens
+SYSROOT_MASK="getty@tty1.service serial-getty@ttyS0.service e2scrub_all.timer e2scrub_reap.service
+    dpkg-db-backup.timer fstrim.timer systemd-pstore.service systemd-timesyncd.service"
+
+sysroot_key() {
+    { echo "$KPKG $SYSROOT_PKGS $SYSROOT_MASK $GUEST_MODULES"; declare -f stage_modules sysroot; } | sha256sum | cut -c1-12
+}
+
+sysroot() {
+    prep
+    SYSROOT=$LAB/sysroot-$KV-$(sysroot_key).cpio.gz
+    [ -s "$SYSROOT" ] && return 0
+    local t0=$SECONDS u
+    log "building the systemd root (mmdebstrap bookworm: $(echo $SYSROOT_PKGS | tr -s ' ' ' '))"
+    STAGE=$LAB/stage.sysroot
+    rm -rf "$STAGE"
+    mmdebstrap --variant=essential --mode=root --include="$(echo $SYSROOT_PKGS | tr -s ' ' ',')" \
+        --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --dpkgopt='path-exclude=/usr/share/doc/*' bookworm "$STAGE" \
+        "deb http://deb.debian.org/debian bookworm main" \
+        "deb http://deb.debian.org/debian-security bookworm-security main" >"$LAB/sysroot.log" 2>&1 ||
+        die "mmdebstrap failed: see $LAB/sysroot.log"
+    stage_modules "$STAGE"
+    : > "$STAGE/etc/machine-id"   # systemd makes one at boot
+    echo lab > "$STAGE/etc/hostname"
+    echo '127.0.0.1 localhost lab' > "$STAGE/etc/hosts"
+    for u in $SYSROOT_MASK; do ln -sf /dev/null "$STAGE/etc/systemd/system/$u"; done
+    mkdir -p "$STAGE"/{lab,lab-out}
+    (cd "$STAGE" && find . | cpio -o -H newc --quiet | gzip -1) > "$SYSROOT.tmp"
+    mv "$SYSROOT.tmp" "$SYSROOT"
+    rm -rf "$STAGE"
+    log "systemd root $(du -h "$SYSROOT" | cut -f1) built in $((SECONDS - t0)) s"
+}
+
 # ------------------------------------------------------------------------------ project overlay
-overlay() {   # the project's own files: /init, helpers, the suite, srp-ublk; rebuilt every run
+overlay() {   # the project's own files: the job runner, helpers, the suite, srp-ublk; rebuilt every run
     local out=$1 lib
     [ -x "$SRP_UBLK_BIN" ] || die "no srp-ublk binary at $SRP_UBLK_BIN: run 'cargo build --release' first"
     STAGE=$LAB/stage.overlay
@@ -206,12 +257,22 @@ overlay() {   # the project's own files: /init, helpers, the suite, srp-ublk; re
     # the same merged-/usr links as the base: the kernel replaces an entry of another type when it
     # unpacks the second archive, so a real /lib here would hide the base's /lib/modules
     ln -s usr/bin "$STAGE/bin"; ln -s usr/sbin "$STAGE/sbin"; ln -s usr/lib "$STAGE/lib"; ln -s usr/lib64 "$STAGE/lib64"
-    install -m 755 "$HERE/guest/init.sh" "$STAGE/init"
     install -m 755 "$HERE/guest/lab-ref-attach" "$HERE/guest/lab-ref-detach" "$STAGE/usr/local/bin/"
-    install -m 644 "$HERE/guest/setup.sh" "$STAGE/usr/lib/srp-lab/"
+    install -m 644 "$HERE/guest/setup.sh" "$HERE/guest/run-job.sh" "$STAGE/usr/lib/srp-lab/"
     cp -r "$HERE/suite" "$STAGE/usr/lib/srp-lab/suite"
-    install -m 755 "$SRP_UBLK_BIN" "$STAGE/usr/local/bin/srp-ublk"
-    for lib in $(ldd "$SRP_UBLK_BIN" 2>/dev/null | grep -o '/[^ )]*'); do copy_file "$lib"; done
+    if [ "$LAB_BOOT" = systemd ]; then
+        # installed as a package would install it: the binary in /usr/sbin (where the units and rules
+        # look), the units and rules from systemd/ and udev/, the lab job as a unit of its own
+        install -m 755 "$SRP_UBLK_BIN" "$STAGE/usr/sbin/srp-ublk"
+        mkdir -p "$STAGE/usr/lib/systemd/system/multi-user.target.wants" "$STAGE/usr/lib/udev/rules.d"
+        install -m 644 "$ROOT_DIR"/systemd/*.service "$HERE/guest/lab-job.service" "$STAGE/usr/lib/systemd/system/"
+        ln -s ../lab-job.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/lab-job.service"
+        install -m 644 "$ROOT_DIR"/udev/*.rules "$STAGE/usr/lib/udev/rules.d/"
+    else
+        install -m 755 "$HERE/guest/init.sh" "$STAGE/init"
+        install -m 755 "$SRP_UBLK_BIN" "$STAGE/usr/local/bin/srp-ublk"
+        for lib in $(ldd "$SRP_UBLK_BIN" 2>/dev/null | grep -o '/[^ )]*'); do copy_file "$lib"; done
+    fi
     (cd "$STAGE" && find . | cpio -o -H newc --quiet | gzip -1) > "$out"
     rm -rf "$STAGE"
 }
@@ -220,29 +281,33 @@ overlay() {   # the project's own files: /init, helpers, the suite, srp-ublk; re
 run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return its exit status
     local script=$1
     [ -f "$script" ] || die "no such script: $script"
-    image
-    local RUN=$LAB/run
+    local RUN=$LAB/run OUT=$LAB/out root init=/init
+    case $LAB_BOOT in
+        init) image; root=$BASE;;
+        systemd) sysroot; root=$SYSROOT; OUT=$LAB/out/systemd; init=/sbin/init;;
+        *) die "LAB_BOOT=$LAB_BOOT: want init or systemd";;
+    esac
     rm -rf "$RUN"; mkdir -p "$RUN/share"
-    rm -rf "$LAB/out"; mkdir -p "$LAB/out"
+    rm -rf "$OUT"; mkdir -p "$OUT"
     overlay "$RUN/overlay.cpio.gz"
-    cat "$BASE" "$RUN/overlay.cpio.gz" > "$RUN/initrd.gz"   # the kernel unpacks concatenated archives in order
+    cat "$root" "$RUN/overlay.cpio.gz" > "$RUN/initrd.gz"   # the kernel unpacks concatenated archives in order
     cp "$script" "$RUN/share/job.sh"
     {
         echo "LAB_SETUP=$LAB_SETUP"; echo "SRP_LUN_MB=$SRP_LUN_MB"; echo "CI=${CI:-}"
-        echo "LAB_JOB_NAME=$(basename "$script")"; echo "LAB_ONLY=${LAB_ONLY:-}"
+        echo "LAB_JOB_NAME=$(basename "$script")"; echo "LAB_ONLY=${LAB_ONLY:-}"; echo "LAB_BOOT=$LAB_BOOT"
     } > "$RUN/share/env"
     local CON=$RUN/console.log
     : > "$CON"
-    log "booting $KV (qemu TCG, ${LAB_SMP} vCPUs, $LAB_MEM, timeout ${LAB_TIMEOUT}s) to run $(basename "$script")"
+    log "booting $KV ($LAB_BOOT, qemu TCG, ${LAB_SMP} vCPUs, $LAB_MEM, timeout ${LAB_TIMEOUT}s) to run $(basename "$script")"
     log "console log: $CON"
     local t0=$SECONDS
     timeout --foreground -k 10 "$LAB_TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
         -smp "$LAB_SMP" -m "$LAB_MEM" -machine pc -nodefaults -no-reboot \
         -display none -monitor none -serial "file:$CON" -nic none \
         -kernel "$KDIR/boot/vmlinuz-$KV" -initrd "$RUN/initrd.gz" \
-        -append "console=ttyS0,115200 rdinit=/init panic=-1 loglevel=3 mitigations=off" \
+        -append "console=ttyS0,115200 rdinit=$init panic=-1 loglevel=3 mitigations=off quiet" \
         -virtfs "local,path=$RUN/share,mount_tag=lab,security_model=none,id=lab" \
-        -virtfs "local,path=$LAB/out,mount_tag=labout,security_model=none,id=labout" \
+        -virtfs "local,path=$OUT,mount_tag=labout,security_model=none,id=labout" \
         > "$RUN/qemu.log" 2>&1 &
     local qpid=$! qrc=0
     # stream the guest console live (the job's output goes there too)
@@ -275,13 +340,35 @@ selftest() {   # lab-run must propagate the script's exit status
     return 1
 }
 
+suite_wanted() {   # suite_wanted DIR: does DIR hold a test LAB_ONLY selects?
+    local t p
+    for t in "$1"/[0-9]*.sh; do
+        [ -e "$t" ] || continue
+        [ -z "${LAB_ONLY:-}" ] && return 0
+        for p in ${LAB_ONLY//,/ }; do case $(basename "$t") in *"$p"*) return 0;; esac; done
+    done
+    return 1
+}
+
+lab_test() {   # the suite in each kind of guest that has a selected test; fails if either fails
+    local rc=0 ran=0
+    if suite_wanted "$HERE/suite"; then
+        ran=1; LAB_BOOT=init run_guest "$HERE/suite/run.sh" || rc=1
+    fi
+    if suite_wanted "$HERE/suite/systemd"; then
+        ran=1; LAB_BOOT=systemd run_guest "$HERE/suite/run.sh" || rc=1
+    fi
+    [ $ran = 1 ] || die "LAB_ONLY=${LAB_ONLY:-} selects no test in tests/lab/suite or tests/lab/suite/systemd"
+    return $rc
+}
+
 cmd=${1:-}
 case $cmd in
     prep) prep; log "kernel $KPKG ($KV) ready under $LAB";;
     image) image; log "base initramfs: $BASE";;
     run) [ $# -ge 2 ] || die "usage: lab.sh run FILE"; run_guest "$2";;
-    test) run_guest "$HERE/suite/run.sh";;
+    test) lab_test;;
     demo) run_guest "$HERE/demo.sh";;
     selftest) selftest;;
-    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;
+    *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;
 esac

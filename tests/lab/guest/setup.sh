@@ -21,6 +21,8 @@ lab_setup_rxe() {
     modprobe crc32_generic || return 1   # rxe needs the "crc32" shash; without it 'rdma link add' says ENOENT
     modprobe crc32_pclmul 2>/dev/null
     modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm && modprobe ib_umad && modprobe dummy || return 1
+    # systemd's modprobe.d sets numdummies=0: no dummy0 comes with the module there
+    [ -e /sys/class/net/dummy0 ] || ip link add dummy0 type dummy || return 1
     ip link set dummy0 address $LAB_MAC
     ip addr add $LAB_IP/24 dev dummy0
     ip link set dummy0 up

@@ -1,0 +1,101 @@
+# srp-ublk as an administrator runs it, in the systemd guest (LAB_BOOT=systemd):
+#  - reference: the kernel ib_srp's sd disks of the three LUNs and the by-id names udev gives them
+#  - a target file in targets.d and `systemctl start srp-ublk@lab`: three devices; the unit is never
+#    active while fewer than three devices are live (sampled every 0.1 s while it starts)
+#  - udev (60-srp-ublk.rules) gives each device by-id links with the sd disk's serial and WWN, and a
+#    by-path link naming the target and LUN
+#  - `kill -9` of LUN 0's daemon under a verifying fio: the supervisor exits, systemd restarts the
+#    unit, `up` recovers the device, fio goes on with 0 errors; the other devices are left alone
+#  - `systemctl stop` detaches every device and leaves the unit inactive, not failed
+. /usr/lib/srp-lab/suite/lib.sh
+ublk_cleanup
+U=srp-ublk@lab.service
+trap 'show_logs; journalctl -u "$U" --no-pager | tail -40; systemctl stop "$U"; ublk_cleanup' EXIT
+# dev_of LUN: the srp-ublk device serving LUN; pid_of DEV: its daemon
+dev_of() { srp-ublk list | grep " lun $1 " | cut -d' ' -f1; }
+pid_of() { srp-ublk list | grep "^$1 " | sed 's/.* pid \([0-9]*\)$/\1/'; }
+# live: "N R", devices listed and queues running
+live() { echo "$(srp-ublk list | grep -c '^/dev/ublkb') $(queue_states | wc -w)"; }
+nrestarts() { systemctl show -p NRestarts --value "$U"; }
+
+udevadm settle
+lab-ref-attach >/dev/null || fail "lab-ref-attach"
+udevadm settle
+mkdir -p /tmp/ref
+for s in /sys/block/sd*; do
+    l=$(basename "$(readlink "$s/device")"); l=${l##*:}
+    props=$(udevadm info -q property -n "/dev/$(basename "$s")")
+    echo "$props" | sed -n 's/^ID_SERIAL=//p' > /tmp/ref/serial$l
+    echo "$props" | sed -n 's/^ID_WWN_WITH_EXTENSION=//p' > /tmp/ref/wwn$l
+    [ -s /tmp/ref/serial$l ] || fail "udev gave ib_srp's $s (LUN $l) no ID_SERIAL"
+    [ -L "/dev/disk/by-id/scsi-$(cat /tmp/ref/serial$l)" ] || fail "no by-id link for ib_srp's $s"
+    echo "ib_srp LUN $l: $(basename "$s") ID_SERIAL $(cat /tmp/ref/serial$l) WWN $(cat /tmp/ref/wwn$l)"
+done
+[ -s /tmp/ref/serial2 ] || fail "ib_srp did not give three LUNs: $(ls /sys/block)"
+lab-ref-detach || fail "lab-ref-detach"
+udevadm settle
+
+mkdir -p /etc/srp-ublk/targets.d
+cat > /etc/srp-ublk/targets.d/lab.conf <<CONF
+# the lab target, every LUN
+target = $SRP_TARGET
+lun = all
+queues = 2
+reconnect_delay = 2
+fast_io_fail_tmo = 30
+CONF
+rm -f /tmp/samples.stop
+( while [ ! -e /tmp/samples.stop ]; do echo "$(systemctl is-active "$U") $(live)"; sleep 0.1; done ) > /tmp/samples 2>&1 &
+sp=$!
+t=$(now)
+systemctl start "$U" || fail "systemctl start $U"
+echo "systemctl start $U returned after $(since "$t") s"
+touch /tmp/samples.stop; wait $sp
+expect_eq "unit state" "$(systemctl is-active "$U")" active
+expect_eq "devices and running queues" "$(live)" "3 6"
+echo "samples while starting: $(sort /tmp/samples | uniq -c | tr '\n' ';')"
+grep -v '^active 3 6$' /tmp/samples | grep '^active' && fail "the unit was active before every device was live"
+grep -q '^activating' /tmp/samples || echo "note: no sample caught the unit activating"
+ok "the unit became active only with 3 devices live"
+expect_contains "list shows the unit" "$(srp-ublk list)" "unit $U"
+
+udevadm settle
+for l in 0 1 2; do
+    d=$(dev_of $l)
+    [ -b "$d" ] || fail "no device for LUN $l: $(srp-ublk list)"
+    expect_eq "by-id/srp-ublk-<sd's ID_SERIAL> of LUN $l" \
+        "$(readlink -f "/dev/disk/by-id/srp-ublk-$(cat /tmp/ref/serial$l)")" "$d"
+    expect_eq "by-id/wwn-<sd's WWN> of LUN $l" "$(readlink -f "/dev/disk/by-id/wwn-$(cat /tmp/ref/wwn$l)")" "$d"
+    expect_eq "by-path of LUN $l" \
+        "$(readlink -f "/dev/disk/by-path/srp-$SRP_SERVICE_GUID-10.77.0.1:5555-lun-$l")" "$d"
+done
+
+d0=$(dev_of 0); d1=$(dev_of 1); d2=$(dev_of 2)
+p1=$(pid_of "$d1"); p2=$(pid_of "$d2")
+r0=$(nrestarts)
+verify_start "$d0" 64M
+sleep 5
+t=$(now)
+kill -9 "$(pid_of "$d0")"
+i=0
+while { [ "$(nrestarts)" = "$r0" ] || [ "$(systemctl is-active "$U")" != active ]; } && [ $i -lt 1200 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+[ "$(nrestarts)" -gt "$r0" ] || fail "systemd did not restart $U within 120 s: $(systemctl status "$U" --no-pager)"
+expect_eq "unit state after the restart" "$(systemctl is-active "$U")" active
+r=$(wait_running 60) || fail "queues not running after the restart: $(queue_states)"
+echo "kill -9 of $d0's daemon: unit restarted and active $(since "$t") s later, every queue running"
+journalctl -u "$U" --no-pager | grep -q "LUN 0: $d0 lost its daemon: recovering" ||
+    fail "the restarted unit did not recover $d0: $(journalctl -u "$U" --no-pager | tail -20)"
+sleep 5
+verify_stop
+expect_eq "LUN 0's device after the restart" "$(dev_of 0)" "$d0"
+expect_eq "LUN 1's daemon (untouched)" "$(pid_of "$d1")" "$p1"
+expect_eq "LUN 2's daemon (untouched)" "$(pid_of "$d2")" "$p2"
+
+systemctl stop "$U" || fail "systemctl stop $U"
+i=0; while [ -n "$(ls /dev/ublkb* 2>/dev/null)" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq "devices after systemctl stop" "$(ls /dev/ublkb* 2>/dev/null | wc -l)" 0
+expect_eq "unit state after stop" "$(systemctl is-active "$U")" inactive
+trap - EXIT
+ublk_cleanup
