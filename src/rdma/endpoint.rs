@@ -135,6 +135,12 @@ pub struct Endpoint {
 unsafe impl Send for Endpoint {}
 
 /// A copied CM event.
+/// The kernel-side timeout of one address resolution attempt (ib_srp's SRP_PATH_REC_TIMEOUT_MS).
+const RESOLVE_STEP_MS: i32 = 1000;
+/// The least time to wait for the event of an attempt, even past the login's deadline: the kernel
+/// answers each attempt within its own timeout.
+const STEP_WAIT_MIN: Duration = Duration::from_millis(RESOLVE_STEP_MS as u64 + 500);
+
 struct CmEvent {
     kind: rdma_cm_event_type::Type,
     status: i32,
@@ -251,31 +257,7 @@ impl Endpoint {
         }
         self.id = id;
 
-        let (mut dst, mut src_ss) = (plan.dst, plan.src);
-        let src_ptr = src_ss.as_mut().map_or(null_mut(), |s| {
-            s as *mut libc::sockaddr_storage as *mut libc::sockaddr
-        });
-        // SAFETY: id is valid; src/dst point to initialized sockaddr_storage values (IP or AF_IB)
-        // that outlive the call (librdmacm copies them).
-        let rc = unsafe {
-            rdma_resolve_addr(
-                self.id,
-                src_ptr,
-                &mut dst as *mut _ as *mut libc::sockaddr,
-                tmo_ms,
-            )
-        };
-        if rc != 0 {
-            return Err(RdmaError::Unreachable {
-                dest,
-                detail: format!("rdma_resolve_addr: {}", std::io::Error::last_os_error()),
-            });
-        }
-        self.expect_event(
-            "address resolution",
-            rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED,
-            tmo,
-        )?;
+        self.resolve_addr(&plan, tmo)?;
         // SAFETY: id is valid and its address is resolved.
         if unsafe { rdma_resolve_route(self.id, tmo_ms) } != 0 {
             return Err(RdmaError::Unreachable {
@@ -791,6 +773,57 @@ impl Endpoint {
                     dest: self.dest,
                     secs: timeout.as_secs(),
                 });
+            }
+        }
+    }
+
+    /// Address resolution, in steps of [`RESOLVE_STEP_MS`] until `tmo`, as ib_srp does it
+    /// (SRP_PATH_REC_TIMEOUT_MS): the kernel retries a resolution whose neighbour (ARP) is not yet
+    /// known only when a neighbour update event wakes it or when the timeout given ends. Where no
+    /// event comes (two rxe devices on a veth pair in one namespace), one long timeout would spend
+    /// all of it waiting for an answer that arrived in the first milliseconds.
+    fn resolve_addr(&mut self, plan: &LoginPlan, tmo: Duration) -> Result<(), RdmaError> {
+        let deadline = Instant::now() + tmo;
+        loop {
+            let (mut dst, mut src_ss) = (plan.dst, plan.src);
+            let src_ptr = src_ss.as_mut().map_or(null_mut(), |s| {
+                s as *mut libc::sockaddr_storage as *mut libc::sockaddr
+            });
+            // SAFETY: id is valid; src/dst point to initialized sockaddr_storage values (IP or
+            // AF_IB) that outlive the call (librdmacm copies them).
+            let rc = unsafe {
+                rdma_resolve_addr(
+                    self.id,
+                    src_ptr,
+                    &mut dst as *mut _ as *mut libc::sockaddr,
+                    RESOLVE_STEP_MS,
+                )
+            };
+            if rc != 0 {
+                return Err(RdmaError::Unreachable {
+                    dest: self.dest,
+                    detail: format!("rdma_resolve_addr: {}", std::io::Error::last_os_error()),
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ev = self.next_event("address resolution", left.max(STEP_WAIT_MIN))?;
+            match ev.kind {
+                rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED => return Ok(()),
+                rdma_cm_event_type::RDMA_CM_EVENT_ADDR_ERROR
+                    if ev.status == -libc::ETIMEDOUT && Instant::now() < deadline =>
+                {
+                    continue
+                }
+                _ => {
+                    return Err(RdmaError::Unreachable {
+                        dest: self.dest,
+                        detail: format!(
+                            "address resolution: {} (status {})",
+                            event_name(ev.kind),
+                            ev.status
+                        ),
+                    })
+                }
             }
         }
     }

@@ -154,6 +154,7 @@ GUEST_TOOLS="/usr/bin/kmod /usr/bin/ip /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_d
     /usr/bin/eu-stack"
 GUEST_MODULES="configfs 9p 9pnet_virtio virtio_pci ublk_drv rdma_rxe ib_uverbs rdma_ucm ib_umad ib_srpt ib_srp
     target_core_mod target_core_file target_core_iblock sd_mod sg veth dummy nbd ext4 dm_multipath
+    dm_service_time dm_round_robin dm_queue_length
     crc32_generic crc32_pclmul crc32c_generic crc32c_intel"
 
 copy_file() {   # copy a host file (following links) to the same real path in $STAGE, keep the link name
@@ -268,6 +269,7 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
         install -m 644 "$ROOT_DIR"/systemd/*.service "$HERE/guest/lab-job.service" "$STAGE/usr/lib/systemd/system/"
         ln -s ../lab-job.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/lab-job.service"
         install -m 644 "$ROOT_DIR"/udev/*.rules "$STAGE/usr/lib/udev/rules.d/"
+        install -D -m 644 "$ROOT_DIR/docs/multipath-srp-ublk.conf" "$STAGE/usr/share/doc/srp-ublk/multipath-srp-ublk.conf"
     else
         install -m 755 "$HERE/guest/init.sh" "$STAGE/init"
         install -m 755 "$SRP_UBLK_BIN" "$STAGE/usr/local/bin/srp-ublk"

@@ -75,6 +75,32 @@ lab_target_port_remove() {
     rmdir "$1/acls/$LAB_IP" "$1" "$(dirname "$1")"
 }
 
+# lab_path_b: a second fabric path to the same LUNs (the multipath tests): a veth pair vethA
+# (10.77.1.1, rxeA: LIO's second target port) -- vethB (10.77.1.2, rxeB: the initiator side). RoCE
+# between two rxe devices in one namespace needs accept_local=1 and rp_filter=0 (the ARP request's
+# sender address is local), and the login must bind src=10.77.1.2 (shared/lab/REPORT.md). Sets
+# SRP_TARGET_B (with initiator_ext 0x11, so that no login of one path touches the other's nexus)
+# and TPG_B.
+lab_path_b() {
+    ip link add vethA type veth peer name vethB || return 1
+    ip link set vethA address 02:00:00:77:01:01 && ip link set vethB address 02:00:00:77:01:02 || return 1
+    ip addr add 10.77.1.1/24 dev vethA && ip addr add 10.77.1.2/24 dev vethB || return 1
+    # under systemd, udev applies sysctl.d (rp_filter=2) to a new netdev: let it finish first
+    command -v udevadm >/dev/null && udevadm settle
+    for i in all default vethA vethB; do
+        echo 1 > /proc/sys/net/ipv4/conf/$i/accept_local; echo 0 > /proc/sys/net/ipv4/conf/$i/rp_filter
+    done
+    ip link set vethA up && ip link set vethB up || return 1
+    rdma link add rxeA type rxe netdev vethA && rdma link add rxeB type rxe netdev vethB || return 1
+    waitfor /sys/class/infiniband/rxeA/ports/1/gids/0 10 && waitfor /sys/class/infiniband/rxeB/ports/1/gids/0 10 || return 1
+    TPG_B=$CFG/srpt/$(cut -d: -f5-8 /sys/class/infiniband/rxeA/ports/1/gids/0)/tpgt_1
+    mkdir -p "$TPG_B/lun/lun_0" && ln -s $CFG/core/rd_mcp_0/ramdisk0 "$TPG_B/lun/lun_0/ramdisk0" || return 1
+    mkdir -p "$TPG_B/acls/10.77.1.1/lun_0" && ln -s "$TPG_B/lun/lun_0" "$TPG_B/acls/10.77.1.1/lun_0/lun_0" || return 1
+    echo 1 > "$TPG_B/enable" || return 1
+    SRP_TARGET_B="id_ext=$SRP_SERVICE_GUID,ioc_guid=$SRP_SERVICE_GUID,dest=10.77.1.1:5555,src=10.77.1.2,initiator_ext=0000000000000011"
+    echo "path B: rxeB (vethB 10.77.1.2) -> rxeA (vethA 10.77.1.1): $TPG_B lun_0 -> ramdisk0, ACL 10.77.1.1"
+}
+
 lab_setup() {
     set -x
     modprobe ublk_drv && waitfor /dev/ublk-control 5 || echo "warning: ublk_drv did not load"
