@@ -184,4 +184,30 @@ proptest! {
         prop_assert_eq!((t.id_ext, t.ioc_guid, t.opts.queue_size, t.opts.ch_count), (id, ioc, Some(qs), Some(ch)));
         prop_assert_eq!(TargetSpec::parse(&t.to_string()).unwrap(), t);
     }
+
+    #[test]
+    fn mad_decoders_are_total(b in proptest::collection::vec(any::<u8>(), 0..600), n in 0usize..6) {
+        use srp_ublk::wire::mad;
+        let _ = mad::parse_response(&b, mad::CLASS_DM, mad::ATTR_IO_UNIT_INFO);
+        if let Ok(recs) = mad::sa_records(&b) {
+            for r in recs {
+                let _ = (mad::port_info(r), mad::node_port_guid(r), mad::path_pkey(r));
+            }
+        }
+        let _ = mad::iou_info(&b).map(|i| i.present().count());
+        let _ = mad::ioc_profile(&b);
+        let _ = mad::service_entries(&b, n).map(|e| e.iter().filter(|x| x.srp_id_ext().is_some()).count());
+    }
+
+    #[test]
+    fn srp_daemon_lines_are_target_strings(id in any::<u64>(), guid in any::<u64>(), prefix in any::<u64>(),
+                                           port in any::<u64>(), pkey in any::<u16>(), sid in any::<u64>(),
+                                           class in prop_oneof![Just(0x0100u16), Just(0xff00u16)]) {
+        use srp_ublk::wire::mad;
+        let ioc = mad::IocProfile { guid, vendor_id: 0, device_id: 0, io_class: class, send_size: 0,
+                                    service_entries: 1, id: String::new() };
+        let line = mad::srp_daemon_line(&format!("{id:016x}"), &ioc, prefix, port, pkey, sid);
+        let t = TargetSpec::parse(&line).unwrap();
+        prop_assert_eq!((t.id_ext, t.ioc_guid), (id, guid));
+    }
 }

@@ -3,11 +3,13 @@
 //! - [`srp`]: SRP information units (T10 SRP r16a / SRP-2, Linux `include/scsi/srp.h`).
 //! - [`scsi`]: SCSI CDBs, the parameter data the initiator reads (INQUIRY, VPD, READ CAPACITY, MODE SENSE,
 //!   REPORT LUNS) and sense decoding into what the block layer should do.
+//! - [`mad`]: InfiniBand SA and Device Management MADs for SRP target discovery (srp_daemon's).
 //! - [`nbd`]: the NBD handshake, requests and replies.
 //! - [`target`]: ib_srp `add_target` strings, `srp_daemon -o` lines and `srp_daemon.conf` rules.
 //!
 //! Every decoder is total: any byte string yields a value or a [`WireError`], never a panic.
 
+pub mod mad;
 pub mod nbd;
 pub mod scsi;
 pub mod srp;
