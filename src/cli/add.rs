@@ -97,11 +97,38 @@ impl AddArgs {
     }
 }
 
+/// A target string, or a bare GUID (an IO controller's or a target port's id_ext) that InfiniBand
+/// discovery resolves to the full string, as srp_daemon would print it.
+fn resolve_target(t: &str) -> anyhow::Result<TargetSpec> {
+    let hex = t.trim().trim_start_matches("0x");
+    let guid = (!hex.is_empty() && hex.len() <= 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten();
+    let Some(guid) = guid else {
+        return Ok(TargetSpec::parse(t)?);
+    };
+    let mut u = super::discover::open_ib("").with_context(|| {
+        format!("--target {t} is a bare GUID, which only InfiniBand discovery can resolve")
+    })?;
+    match srp_ublk::session::ib_discover::find_guid(&mut u, guid)? {
+        Ok(found) => {
+            eprintln!("srp-ublk: --target {t}: {}", found.line);
+            Ok(TargetSpec::parse(&found.line)?)
+        }
+        Err(all) => bail!(
+            "no SRP target with ioc_guid or id_ext {guid:016x} on the fabric of {} port {}              ({} other target(s) found: `srp-ublk discover --ib` lists them)",
+            u.local.device,
+            u.local.port,
+            all.targets.len()
+        ),
+    }
+}
+
 /// Runs `add`.
 pub fn run(a: AddArgs) -> anyhow::Result<()> {
     a.timers()?;
     let target = match (&a.target, &a.backend) {
-        (Some(t), _) => Some(TargetSpec::parse(t)?),
+        (Some(t), _) => Some(resolve_target(t)?),
         (None, Some(b)) => {
             parse_spec(b).map_err(anyhow::Error::msg)?;
             None

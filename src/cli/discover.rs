@@ -1,11 +1,17 @@
 //! `srp-ublk discover --dest IP[:PORT]`: what an RDMA/CM (RoCE, iWARP) target offers, as target
 //! strings `srp-ublk add --target` takes as printed, one per LUN, with what the LUN is.
+//! `srp-ublk discover --ib [DEVICE[:PORT]]`: the SRP targets of an InfiniBand fabric, found as
+//! srp_daemon finds them (subnet manager, then each port's device management agent), printed as
+//! `srp_daemon -o` prints them, filtered and extended by srp_daemon.conf-style rules.
 
 use anyhow::{bail, Context};
 use clap::Args;
 use srp_ublk::rdma::neigh;
+use srp_ublk::rdma::umad::Umad;
 use srp_ublk::session::discover::{discover_luns, FoundLun};
+use srp_ublk::session::ib_discover;
 use srp_ublk::session::SessionError;
+use srp_ublk::wire::target::Rules;
 use srp_ublk::wire::target::TargetSpec;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -17,8 +23,17 @@ const DEFAULT_PORT: u16 = 5555;
 #[derive(Debug, Args)]
 pub struct DiscoverArgs {
     /// The target's address: IP[:PORT] (port 5555 when left out).
-    #[arg(long, required_unless_present = "target", conflicts_with = "target")]
+    #[arg(long, required_unless_present_any = ["target", "ib"], conflicts_with = "target")]
     pub dest: Option<String>,
+    /// InfiniBand: find the fabric's SRP targets through this port (DEVICE[:PORT]; alone, the
+    /// first active InfiniBand port), as `srp_daemon -o` does.
+    #[arg(long, value_name = "DEVICE[:PORT]", num_args = 0..=1, default_missing_value = "",
+          conflicts_with_all = ["dest", "target"])]
+    pub ib: Option<String>,
+    /// With --ib: an srp_daemon.conf-style rules file (default /etc/srp_daemon.conf when it
+    /// exists): disallowed targets are left out, allowed ones get the rule's options.
+    #[arg(long, requires = "ib")]
+    pub rules: Option<std::path::PathBuf>,
     /// A full target string instead (lists its LUNs).
     #[arg(long, short = 't')]
     pub target: Option<String>,
@@ -73,8 +88,74 @@ fn spec(
     })
 }
 
+/// srp_daemon's rules file.
+const SRP_DAEMON_CONF: &str = "/etc/srp_daemon.conf";
+
+/// Opens the umad device of `ib` (DEVICE[:PORT], or "" for the first active InfiniBand port).
+pub fn open_ib(ib: &str) -> anyhow::Result<Umad> {
+    Ok(Umad::open((!ib.is_empty()).then_some(ib))?)
+}
+
+/// `discover --ib`.
+fn run_ib(ib: &str, rules: Option<&std::path::Path>, json: bool) -> anyhow::Result<()> {
+    let rules = match rules {
+        Some(f) => Some((f.to_path_buf(), true)),
+        None => Some((std::path::PathBuf::from(SRP_DAEMON_CONF), false)),
+    }
+    .and_then(|(f, given)| match std::fs::read_to_string(&f) {
+        Ok(text) => Some(Rules::parse(&text).with_context(|| format!("in {}", f.display()))),
+        Err(e) if given => Some(Err(anyhow::anyhow!("cannot read {}: {e}", f.display()))),
+        Err(_) => None,
+    })
+    .transpose()?;
+    let mut u = open_ib(ib)?;
+    let found = ib_discover::discover(&mut u)?;
+    for s in &found.skipped {
+        eprintln!("srp-ublk: warning: {s}");
+    }
+    let mut out = Vec::new();
+    for t in &found.targets {
+        let spec = TargetSpec::parse(&t.line)?;
+        let spec = match &rules {
+            Some(r) => match r.apply(&spec)? {
+                Some(s) => s,
+                None => continue,
+            },
+            None => spec,
+        };
+        out.push((spec, t));
+    }
+    if json {
+        let v: Vec<serde_json::Value> = out
+            .iter()
+            .map(|(s, t)| {
+                serde_json::json!({
+                    "target": s.to_string(), "lid": t.lid, "pkey": t.pkey,
+                    "ioc_guid": format!("{:016x}", t.ioc.guid), "ioc_id": t.ioc.id,
+                    "io_class": format!("{:04x}", t.ioc.io_class),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for (s, _) in &out {
+            println!("{s}");
+        }
+    }
+    if found.targets.is_empty() {
+        eprintln!(
+            "no SRP target found through {} port {} (the subnet manager at LID {:#x} knows no              device-management port offering an SRP service)",
+            u.local.device, u.local.port, u.local.sm_lid
+        );
+    }
+    Ok(())
+}
+
 /// Runs `discover`.
 pub fn run(a: DiscoverArgs) -> anyhow::Result<()> {
+    if let Some(ib) = &a.ib {
+        return run_ib(ib, a.rules.as_deref(), a.json);
+    }
     let timeout = Duration::from_secs(a.timeout);
     let target = match (&a.target, &a.dest) {
         (Some(t), _) => TargetSpec::parse(t)?,

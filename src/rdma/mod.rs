@@ -10,6 +10,7 @@
 mod endpoint;
 pub mod neigh;
 mod sockaddr;
+pub mod umad;
 
 pub use endpoint::{ConnectParams, Endpoint};
 pub use sockaddr::{ib_sockaddr, rdma_cm_service_id, SockaddrIb, AF_IB, RDMA_PS_IB, RDMA_PS_TCP};

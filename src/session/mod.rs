@@ -13,6 +13,7 @@ use crate::wire::target::TargetSpec;
 use std::time::Duration;
 
 pub mod discover;
+pub mod ib_discover;
 pub mod ids;
 pub mod state;
 pub mod timers;

@@ -15,6 +15,12 @@ line1=$(echo "$out" | grep ',lun=1 ')
 d1=$(srp-ublk add --target "$line1" --queues 1) || fail "add with a discover line as printed: $d1"
 expect_eq "size of LUN 1 through its discover line" "$(blockdev --getsize64 "$d1")" $((32 << 20))
 srp-ublk del --all >/dev/null || fail "del"
+# InfiniBand discovery has no subnet manager to ask on soft-RoCE: a clear refusal naming --dest
+out=$(srp-ublk discover --ib 2>&1) && fail "discover --ib on a RoCE-only host succeeded: $out"
+expect_contains "discover --ib on soft-RoCE" "$out" "rxe0 port 1 is Ethernet"
+expect_contains "discover --ib on soft-RoCE" "$out" "discover --dest"
+out=$(srp-ublk add --target 000000fffe770001 2>&1) && fail "add of a bare GUID on RoCE succeeded: $out"
+expect_contains "add --target GUID on soft-RoCE" "$out" "bare GUID"
 
 devs=$(ublk_add --lun all --queues 1) || fail "add --lun all: $devs"
 echo "$devs"
