@@ -11,7 +11,7 @@ use srp_ublk::frontend::ublk::{
     self as front, LinkState, LiveInfo, PollMode, QueueStatus, UblkOptions, UblkSource,
 };
 use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
-use srp_ublk::session::timers::{parse_tmo, TimerError, Timers, Tmo};
+use srp_ublk::session::timers::{TimerError, Timers};
 use srp_ublk::session::Session;
 use srp_ublk::wire::target::TargetSpec;
 
@@ -52,17 +52,9 @@ pub struct AddArgs {
     /// How queue threads wait for completions.
     #[arg(long, value_enum, default_value_t = PollMode::Adaptive)]
     pub poll: PollMode,
-    /// Seconds between reconnect attempts after a channel goes down, or "off" (ib_srp's
-    /// reconnect_delay).
-    #[arg(long, default_value = "10", value_parser = tmo("reconnect_delay"), value_name = "SECS|off")]
-    pub reconnect_delay: Tmo,
-    /// Seconds a channel may be down before its I/O fails with EIO instead of waiting, or "off"
-    /// (ib_srp's fast_io_fail_tmo; dm-multipath relies on it).
-    #[arg(long, default_value = "15", value_parser = tmo("fast_io_fail_tmo"), value_name = "SECS|off")]
-    pub fast_io_fail_tmo: Tmo,
-    /// Seconds a channel may be down before the device is removed, or "off" (ib_srp's dev_loss_tmo).
-    #[arg(long, default_value = "600", value_parser = tmo("dev_loss_tmo"), value_name = "SECS|off")]
-    pub dev_loss_tmo: Tmo,
+    /// The SRP transport-class timers.
+    #[command(flatten)]
+    pub timer_args: super::TimerArgs,
     /// ublk device id to use (default: the driver picks one).
     #[arg(long, short = 'n', default_value_t = -1)]
     pub id: i32,
@@ -80,20 +72,10 @@ pub struct AddArgs {
     pub recover: bool,
 }
 
-fn tmo(name: &'static str) -> impl Fn(&str) -> Result<Tmo, TimerError> + Clone {
-    move |s| parse_tmo(name, s)
-}
-
 impl AddArgs {
     /// The timers, checked with ib_srp's rules.
     pub fn timers(&self) -> Result<Timers, TimerError> {
-        let t = Timers {
-            reconnect_delay: self.reconnect_delay,
-            fast_io_fail_tmo: self.fast_io_fail_tmo,
-            dev_loss_tmo: self.dev_loss_tmo,
-        };
-        t.validate()?;
-        Ok(t)
+        self.timer_args.timers()
     }
 }
 

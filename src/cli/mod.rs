@@ -12,6 +12,7 @@ pub mod udev_id;
 pub mod up;
 
 use clap::{Args, Parser, Subcommand};
+use srp_ublk::session::timers::{parse_tmo, TimerError, Timers, Tmo};
 use srp_ublk::session::SessionOptions;
 use srp_ublk::wire::target::TargetSpec;
 use std::time::Duration;
@@ -33,6 +34,40 @@ pub struct SessionArgs {
     /// Limit for each login step, in seconds.
     #[arg(long, default_value_t = 15)]
     pub timeout: u64,
+}
+
+/// ib_srp's SRP transport-class timers, for `add` and `serve`.
+#[derive(Debug, Clone, Args)]
+pub struct TimerArgs {
+    /// Seconds between reconnect attempts after a channel goes down, or "off" (ib_srp's
+    /// reconnect_delay).
+    #[arg(long, default_value = "10", value_parser = tmo("reconnect_delay"), value_name = "SECS|off")]
+    pub reconnect_delay: Tmo,
+    /// Seconds a channel may be down before its I/O fails with EIO instead of waiting, or "off"
+    /// (ib_srp's fast_io_fail_tmo; dm-multipath relies on it).
+    #[arg(long, default_value = "15", value_parser = tmo("fast_io_fail_tmo"), value_name = "SECS|off")]
+    pub fast_io_fail_tmo: Tmo,
+    /// Seconds a channel may be down before the device is removed (for `serve`: its I/O fails for
+    /// good), or "off" (ib_srp's dev_loss_tmo).
+    #[arg(long, default_value = "600", value_parser = tmo("dev_loss_tmo"), value_name = "SECS|off")]
+    pub dev_loss_tmo: Tmo,
+}
+
+fn tmo(name: &'static str) -> impl Fn(&str) -> Result<Tmo, TimerError> + Clone {
+    move |s| parse_tmo(name, s)
+}
+
+impl TimerArgs {
+    /// The timers, checked with ib_srp's rules.
+    pub fn timers(&self) -> Result<Timers, TimerError> {
+        let t = Timers {
+            reconnect_delay: self.reconnect_delay,
+            fast_io_fail_tmo: self.fast_io_fail_tmo,
+            dev_loss_tmo: self.dev_loss_tmo,
+        };
+        t.validate()?;
+        Ok(t)
+    }
 }
 
 /// Which LUNs: some, or every LUN the target reports.

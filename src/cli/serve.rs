@@ -34,6 +34,9 @@ pub struct ServeArgs {
     /// The export name.
     #[arg(long, default_value = "srp")]
     pub name: String,
+    /// The SRP transport-class timers of each connection's channel.
+    #[command(flatten)]
+    pub timer_args: super::TimerArgs,
 }
 
 /// Runs `serve`.
@@ -45,6 +48,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let export = match (&a.target, &a.backend) {
         (Some(t), None) => {
             let target = TargetSpec::parse(t)?;
+            let timers = a.timer_args.timers()?;
             let s = Session::open(&target, &a.session.options(Some(&target))?)?;
             let geo = s.lun.geometry();
             let max_io = s.lun.max_io_bytes(target.opts.max_sect);
@@ -68,6 +72,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                     pool: Arc::new(Mutex::new(s.channels)),
                     geo,
                     depth: s.depth,
+                    relogin: s.relogin.clone(),
+                    timers,
                 },
             }
         }

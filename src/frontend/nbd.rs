@@ -12,6 +12,9 @@ use crate::backend::MemDisk;
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
 use crate::channel::{clock_ms, Channel, DataBuf, Transport};
 use crate::rdma::Endpoint;
+use crate::session::rport::Rport;
+use crate::session::timers::{show_tmo, Timers};
+use crate::session::Relogin;
 use crate::wire::nbd::{
     self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
 };
@@ -21,7 +24,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where to listen.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +54,8 @@ impl Listen {
 }
 
 /// What an export is served from.
+// one per export, created once: its size does not matter
+#[allow(clippy::large_enum_variant)]
 pub enum Source {
     /// SRP channels (the real thing); each connection takes one.
     Srp {
@@ -60,6 +65,10 @@ pub enum Source {
         geo: Geometry,
         /// Commands in flight per connection.
         depth: u16,
+        /// How a connection's channel logs in again after it went down.
+        relogin: Relogin,
+        /// The transport-class timers each connection's channel keeps.
+        timers: Timers,
     },
     /// RAM (demo/benchmark).
     Mem(Arc<MemDisk>),
@@ -344,6 +353,12 @@ enum Exec {
         bufs: Vec<DataBuf>,
         geo: Geometry,
         pool: Arc<Mutex<Vec<Channel<Endpoint>>>>,
+        /// The channel's link: reconnects after a failure, as a ublk queue's does.
+        rport: Rport,
+        relogin: Relogin,
+        /// Its buffer region: `depth` slots of `max_io` bytes.
+        depth: u16,
+        max_io: u32,
     },
     Demo {
         disk: Option<Arc<MemDisk>>,
@@ -380,7 +395,13 @@ impl Exec {
     fn open(ex: &Export) -> Result<Exec, String> {
         let depth = ex.depth();
         match &ex.source {
-            Source::Srp { pool, geo, .. } => {
+            Source::Srp {
+                pool,
+                geo,
+                relogin,
+                timers,
+                ..
+            } => {
                 let ch = pool
                     .lock()
                     .map_err(|_| "internal error: channel pool poisoned".to_string())?
@@ -402,6 +423,10 @@ impl Exec {
                     bufs,
                     geo: *geo,
                     pool: pool.clone(),
+                    rport: Rport::new(*timers),
+                    relogin: relogin.clone(),
+                    depth,
+                    max_io: ex.max_io,
                 })
             }
             Source::Mem(d) => Ok(Exec::Demo {
@@ -466,8 +491,18 @@ impl Exec {
     /// Collects finished commands into `out`; returns how many completions were processed.
     fn poll(&mut self, out: &mut Vec<(u16, Result<(), i32>)>) -> usize {
         match self {
-            Exec::Srp { ch: Some(ch), .. } => {
-                ch.tick(clock_ms());
+            Exec::Srp {
+                ch: Some(ch),
+                bufs,
+                rport,
+                relogin,
+                depth,
+                max_io,
+                ..
+            } => {
+                if rport.is_up() {
+                    ch.tick(clock_ms());
+                }
                 let n = ch.process(&mut |d| {
                     let r = if d.outcome.errno != 0 {
                         Err(d.outcome.errno)
@@ -478,8 +513,8 @@ impl Exec {
                     };
                     out.push((d.tag, r));
                 });
-                if ch.down().is_some() && ch.busy() > 0 {
-                    ch.fail_all(libc::EIO, &mut |d| out.push((d.tag, Err(d.outcome.errno))));
+                if ch.down().is_some() {
+                    on_down(ch, bufs, rport, relogin, *depth, *max_io, out);
                 }
                 n
             }
@@ -513,6 +548,101 @@ impl Exec {
     fn ack(&mut self) {
         if let Exec::Srp { ch: Some(ch), .. } = self {
             let _ = ch.transport().ack_notify();
+        }
+    }
+}
+
+/// One CM step of a reconnect attempt at most (the connection checks its deadlines between
+/// attempts).
+const RELOGIN_STEP: Duration = Duration::from_secs(5);
+
+/// The connection's channel is down: hold its I/O, reconnect every reconnect_delay, fail I/O after
+/// fast_io_fail_tmo, for good after dev_loss_tmo -- what a ublk queue does ([`Rport`]). The
+/// commands held keep their data in the old endpoint's buffer region until the new endpoint's
+/// region has a copy.
+fn on_down(
+    ch: &mut Channel<Endpoint>,
+    bufs: &mut Vec<DataBuf>,
+    rport: &mut Rport,
+    relogin: &Relogin,
+    depth: u16,
+    max_io: u32,
+    out: &mut Vec<(u16, Result<(), i32>)>,
+) {
+    let now = Instant::now();
+    let step = rport.down_step(now);
+    let t = rport.timers;
+    if step.went_down {
+        let why = ch.down().map(|d| d.to_string()).unwrap_or_default();
+        ch.transport().quiesce();
+        ch.set_hold(true);
+        tracing::warn!(
+            "NBD connection: channel down ({why}); holding I/O, reconnect every {} s, \
+             fast_io_fail {} s, dev_loss {} s",
+            show_tmo(t.reconnect_delay),
+            show_tmo(t.fast_io_fail_tmo),
+            show_tmo(t.dev_loss_tmo)
+        );
+    }
+    ch.transport().release_if_removed();
+    if step.fail_held || step.lost {
+        tracing::warn!(
+            "NBD connection: channel down for {:.1?}: failing I/O{}",
+            step.down_for,
+            if step.lost {
+                " for good (dev_loss_tmo)"
+            } else {
+                ""
+            }
+        );
+        ch.set_hold(false);
+        ch.fail_all(libc::EIO, &mut |d| out.push((d.tag, Err(d.outcome.errno))));
+    }
+    if !step.try_now {
+        return;
+    }
+    let fresh = relogin.connect(RELOGIN_STEP).map_err(|e| e.to_string());
+    let fresh = fresh.and_then(|mut f| {
+        let nb =
+            f.ep.alloc_region(depth, max_io)
+                .map_err(|e| format!("registering the buffers: {e}"))?;
+        Ok((f, nb))
+    });
+    match fresh {
+        Ok((f, nb)) => {
+            let mut kept = Vec::new();
+            let mut old = ch.reconnect(f.ep, f.req_lim, f.max_imm, &mut |tag, b| {
+                kept.push(tag);
+                let (o, n) = (bufs[usize::from(tag)], nb[usize::from(tag)]);
+                DataBuf {
+                    addr: n.addr + (b.addr - o.addr),
+                    lkey: n.lkey,
+                    rkey: n.rkey,
+                    ..b
+                }
+            });
+            // the old endpoint is quiesced: nothing moves in its region any more
+            for &tag in &kept {
+                ch.transport()
+                    .region_buf(tag)
+                    .copy_from_slice(old.region_buf(tag));
+            }
+            drop(old);
+            *bufs = nb;
+            ch.set_hold(false);
+            ch.resume();
+            let down = rport.reconnected(now);
+            tracing::warn!(
+                "NBD connection: reconnected after {down:.1?}; {} command(s) re-issued",
+                kept.len()
+            );
+        }
+        Err(e) => {
+            rport.retry_later(Instant::now());
+            tracing::warn!(
+                "NBD connection: reconnect failed ({e}); next attempt in {} s",
+                show_tmo(t.reconnect_delay)
+            );
         }
     }
 }

@@ -11,6 +11,8 @@ use crate::backend::MemDisk;
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
 use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport};
 use crate::rdma::Endpoint;
+pub use crate::session::rport::LinkState;
+use crate::session::rport::Rport;
 use crate::session::timers::{show_tmo, Timers};
 use crate::session::{Fresh, LunInfo, Relogin, Session};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
@@ -41,41 +43,6 @@ pub struct QueueStatus {
     pub state: AtomicU8,
     /// Reconnects that succeeded.
     pub reconnects: AtomicU64,
-}
-
-/// Where a queue's channel stands (ib_srp's rport states).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum LinkState {
-    /// Carrying I/O.
-    Running = 0,
-    /// Down: I/O is held while the queue reconnects.
-    Blocked = 1,
-    /// Down past fast_io_fail_tmo: I/O fails at once while the queue reconnects.
-    FailFast = 2,
-    /// Down past dev_loss_tmo: the device is being removed.
-    Lost = 3,
-}
-
-impl LinkState {
-    /// From [`QueueStatus::state`].
-    pub fn from_u8(v: u8) -> LinkState {
-        match v {
-            0 => LinkState::Running,
-            1 => LinkState::Blocked,
-            2 => LinkState::FailFast,
-            _ => LinkState::Lost,
-        }
-    }
-    /// The name `list` shows.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LinkState::Running => "running",
-            LinkState::Blocked => "blocked",
-            LinkState::FailFast => "fail-fast",
-            LinkState::Lost => "lost",
-        }
-    }
 }
 
 impl QueueStatus {
@@ -353,11 +320,7 @@ pub fn serve(
         st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
         let link = Link {
             relogin: relogin.clone(),
-            timers,
-            since: None,
-            next_try: None,
-            fail_fast: false,
-            lost: false,
+            rport: Rport::new(timers),
             gen: 0,
             epoch: 0,
         };
@@ -592,16 +555,11 @@ fn register_bufs(ep: &mut Endpoint, bufs: &[IoBuf<u8>]) -> Result<Vec<DataBuf>, 
         .collect()
 }
 
-/// A queue channel's link, as ib_srp's rport sees it: running, or down since some time (holding
-/// I/O, then failing it fast, then lost), with the reconnect schedule.
+/// A queue channel's link: its rport timers and state, how it logs in again, and the bookkeeping
+/// of the polls on its endpoint and of the device's shared failure epoch.
 struct Link {
     relogin: Relogin,
-    timers: Timers,
-    /// When the channel went down (None: running).
-    since: Option<Instant>,
-    next_try: Option<Instant>,
-    fail_fast: bool,
-    lost: bool,
+    rport: Rport,
     /// Bumped with every new endpoint: completions of polls on an old one's fds are ignored.
     gen: u16,
     /// The [`SessionLink`] failure epoch this queue has acted on.
@@ -610,12 +568,7 @@ struct Link {
 
 impl Link {
     fn state(&self) -> LinkState {
-        match (self.since, self.fail_fast, self.lost) {
-            (None, ..) => LinkState::Running,
-            (Some(_), _, true) => LinkState::Lost,
-            (Some(_), true, false) => LinkState::FailFast,
-            (Some(_), false, false) => LinkState::Blocked,
-        }
+        self.rport.state()
     }
 }
 
@@ -662,7 +615,7 @@ fn run_queue(
             wake_pending = submit_poll(&q, wake_fd, OP_POLL_WAKE, 0);
         }
         loops = loops.wrapping_add(1);
-        let up = link.since.is_none();
+        let up = link.rport.is_up();
         if up {
             res.ch.tick(clock_ms());
         }
@@ -760,7 +713,7 @@ fn run_queue(
             spins.saturating_add(1)
         };
         if res.ch.down().is_some() {
-            if link.since.is_none() {
+            if link.rport.is_up() {
                 // the polls on this endpoint's fds: cancel them, they would never fire again
                 for (pending, op) in [(cq_poll_pending, OP_POLL_CQ), (cm_poll_pending, OP_POLL_CM)]
                 {
@@ -776,7 +729,7 @@ fn run_queue(
                 }
             }
             on_down(qid, &q, &mut res, &mut link, status);
-            if link.since.is_some() && r.is_ok() {
+            if !link.rport.is_up() && r.is_ok() {
                 std::thread::sleep(DOWN_TICK);
             }
         }
@@ -784,7 +737,7 @@ fn run_queue(
             break;
         }
     }
-    if link.since.is_none() {
+    if link.rport.is_up() {
         res.ch.send_i_logout();
         let _ = complete_ready(&q, &mut res);
     } else {
@@ -799,36 +752,37 @@ fn run_queue(
 /// fast_io_fail_tmo, give the device up after dev_loss_tmo (ib_srp's transport-class timers).
 fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status: &QueueStatus) {
     let now = Instant::now();
-    let since = *link.since.get_or_insert_with(|| {
+    let step = link.rport.down_step(now);
+    let t = link.rport.timers;
+    if step.went_down {
         let why = res.ch.down().map(|d| d.to_string()).unwrap_or_default();
         // nothing the old channel does may reach the buffers once commands are re-issued or failed;
         // its CM disconnect waits until it is replaced (the fabric may be down now)
         res.ch.transport().quiesce();
         res.ch.set_hold(true);
-        link.next_try = link.timers.reconnect_delay().map(|d| now + d);
         tracing::warn!(
             "queue {qid}: channel down ({why}); holding I/O, reconnect every {} s, fast_io_fail {} s, \
              dev_loss {} s",
-            show_tmo(link.timers.reconnect_delay),
-            show_tmo(link.timers.fast_io_fail_tmo),
-            show_tmo(link.timers.dev_loss_tmo)
+            show_tmo(t.reconnect_delay),
+            show_tmo(t.fast_io_fail_tmo),
+            show_tmo(t.dev_loss_tmo)
         );
-        now
-    });
-    let down_for = now.duration_since(since);
+    }
     status.publish(&res.ch, link.state());
     // the device under the channel is going away: let go of what is ours on it at once
     res.ch.transport().release_if_removed();
-    if !link.fail_fast && link.timers.fast_io_fail().is_some_and(|t| down_for >= t) {
-        link.fail_fast = true;
-        tracing::warn!("queue {qid}: fast_io_fail_tmo expired after {down_for:.1?}: failing I/O");
+    if step.fail_held {
+        tracing::warn!(
+            "queue {qid}: fast_io_fail_tmo expired after {:.1?}: failing I/O",
+            step.down_for
+        );
         fail_held(q, res);
         status.publish(&res.ch, link.state());
     }
-    if !link.lost && link.timers.dev_loss().is_some_and(|t| down_for >= t) {
-        link.lost = true;
+    if step.lost {
         tracing::error!(
-            "queue {qid}: dev_loss_tmo expired after {down_for:.1?}: removing the device"
+            "queue {qid}: dev_loss_tmo expired after {:.1?}: removing the device",
+            step.down_for
         );
         fail_held(q, res);
         status.publish(&res.ch, link.state());
@@ -836,11 +790,7 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
         return;
     }
-    let (Some(at), Some(delay), false) = (link.next_try, link.timers.reconnect_delay(), link.lost)
-    else {
-        return;
-    };
-    if now < at {
+    if !step.try_now {
         return;
     }
     match relogin(&link.relogin, &res.bufs) {
@@ -860,21 +810,18 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
             let held = res.ch.busy();
             res.ch.set_hold(false);
             res.ch.resume();
-            link.since = None;
-            link.next_try = None;
-            link.fail_fast = false;
+            let down = link.rport.reconnected(now);
             status.reconnects.fetch_add(1, Relaxed);
             status.publish(&res.ch, link.state());
             tracing::warn!(
-                "queue {qid}: reconnected after {:.1?}; {held} command(s) re-issued",
-                now.duration_since(since)
+                "queue {qid}: reconnected after {down:.1?}; {held} command(s) re-issued"
             );
         }
         Err(e) => {
-            link.next_try = Some(Instant::now() + delay);
+            link.rport.retry_later(Instant::now());
             tracing::warn!(
                 "queue {qid}: reconnect failed ({e}); next attempt in {} s",
-                delay.as_secs()
+                show_tmo(t.reconnect_delay)
             );
         }
     }

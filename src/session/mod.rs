@@ -15,6 +15,7 @@ use std::time::Duration;
 pub mod discover;
 pub mod ib_discover;
 pub mod ids;
+pub mod rport;
 pub mod state;
 pub mod timers;
 
