@@ -125,6 +125,12 @@ prep() {
     kernel
 }
 
+pack() {   # pack OUT: $STAGE as a gzipped newc cpio archive at OUT (written whole or not at all); $STAGE goes
+    (cd "$STAGE" && find . | cpio -o -H newc --quiet | gzip -1) > "$1.tmp"
+    mv "$1.tmp" "$1"
+    rm -rf "$STAGE"
+}
+
 # ------------------------------------------------------------------------------ kernel modules
 stage_modules() {   # stage_modules ROOT: the dependency closure of $GUEST_MODULES, decompressed, depmod'ed
     local MD=$1/usr/lib/modules/$KV m ko rel
@@ -202,9 +208,7 @@ image() {
     echo 'root:x:0:0:root:/root:/bin/sh' > "$STAGE/etc/passwd"; echo 'root:x:0:' > "$STAGE/etc/group"
     echo 'hosts: files' > "$STAGE/etc/nsswitch.conf"; echo '127.0.0.1 localhost' > "$STAGE/etc/hosts"
     stage_modules "$STAGE"
-    (cd "$STAGE" && find . | cpio -o -H newc --quiet | gzip -1) > "$BASE.tmp"
-    mv "$BASE.tmp" "$BASE"
-    rm -rf "$STAGE"
+    pack "$BASE"
     log "base initramfs $(du -h "$BASE" | cut -f1) built in $((SECONDS - t0)) s"
 }
 
@@ -243,9 +247,7 @@ sysroot() {
     echo '127.0.0.1 localhost lab' > "$STAGE/etc/hosts"
     for u in $SYSROOT_MASK; do ln -sf /dev/null "$STAGE/etc/systemd/system/$u"; done
     mkdir -p "$STAGE"/{lab,lab-out}
-    (cd "$STAGE" && find . | cpio -o -H newc --quiet | gzip -1) > "$SYSROOT.tmp"
-    mv "$SYSROOT.tmp" "$SYSROOT"
-    rm -rf "$STAGE"
+    pack "$SYSROOT"
     log "systemd root $(du -h "$SYSROOT" | cut -f1) built in $((SECONDS - t0)) s"
 }
 
@@ -275,8 +277,7 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
         install -m 755 "$SRP_UBLK_BIN" "$STAGE/usr/local/bin/srp-ublk"
         for lib in $(ldd "$SRP_UBLK_BIN" 2>/dev/null | grep -o '/[^ )]*'); do copy_file "$lib"; done
     fi
-    (cd "$STAGE" && find . | cpio -o -H newc --quiet | gzip -1) > "$out"
-    rm -rf "$STAGE"
+    pack "$out"
 }
 
 # ------------------------------------------------------------------------------------------ run
