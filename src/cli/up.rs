@@ -127,8 +127,15 @@ fn read_conf(name: &str) -> anyhow::Result<Conf> {
     let Command::Add(add) = cli.command else {
         unreachable!("parsed as add")
     };
-    let target = TargetSpec::parse(add.target.as_deref().unwrap_or_default())
-        .with_context(|| format!("in {}", file.display()))?;
+    let t = add.target.as_deref().unwrap_or_default();
+    if !t.contains('=') {
+        bail!(
+            "{}: target = {t}: a target file needs the full target string (a bare GUID would be \
+             looked up again at every up and down); `srp-ublk discover --ib` or `--dest` prints it",
+            file.display()
+        );
+    }
+    let target = TargetSpec::parse(t).with_context(|| format!("in {}", file.display()))?;
     Ok(Conf {
         name: name.to_string(),
         argv,

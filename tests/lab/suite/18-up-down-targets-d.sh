@@ -65,5 +65,8 @@ rmdir "$SRP_TPG/acls/10.77.0.1/lun_3" "$SRP_TPG/lun/lun_3" $rd
 echo "target = x" > "$SRP_UBLK_CONF_DIR/bad.conf"; echo "bogus = 1" >> "$SRP_UBLK_CONF_DIR/bad.conf"
 out=$(srp-ublk up bad 2>&1) && fail "up of a bad target file succeeded"
 expect_contains "up of a bad file" "$out" "bad.conf:2: unknown key 'bogus'"
+echo "target = 000000fffe770001" > "$SRP_UBLK_CONF_DIR/guid.conf"
+out=$(srp-ublk up guid 2>&1) && fail "up of a target file with a bare GUID succeeded"
+expect_contains "up of a bare GUID" "$out" "needs the full target string"
 trap - EXIT
 ublk_cleanup
