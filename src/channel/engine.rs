@@ -24,7 +24,7 @@
 
 use super::{DataBuf, DataDir, ScsiCmd, Transport, TransportError, Wc, WcKind, WcStatus};
 use crate::wire::scsi::sense::errno;
-use crate::wire::scsi::{classify, Action, ScsiStatus, Sense};
+use crate::wire::scsi::{classify, Action, Refresh, ScsiStatus, Sense};
 use crate::wire::srp::{
     parse_target_iu, DataDesc, DirectBuf, RspFlags, ScsiLun, SrpCmd, TLogoutReason, TagOnly,
     TargetIu, TskMgmt, TskMgmtFunc, TSK_MGMT_COMPLETE,
@@ -105,6 +105,8 @@ pub struct ChannelStats {
     pub dropped_small: u64,
     /// Commands that timed out (ABORT TASK sent).
     pub timeouts: u64,
+    /// REPORTED LUNS DATA HAS CHANGED unit attentions seen (the target maps other LUNs now).
+    pub luns_changed: u64,
     /// Task management requests sent (ABORT TASK, LOGICAL UNIT RESET).
     pub tmfs: u64,
     /// Retries after a delay (BUSY, TASK SET FULL, becoming ready).
@@ -875,6 +877,9 @@ impl<T: Transport> Channel<T> {
                 self.next_due = self.next_due.min(self.now + delay);
                 return;
             }
+        }
+        if d.action == Action::RefreshThenRetry(Refresh::Luns) {
+            self.stats.luns_changed += 1;
         }
         let retry = matches!(d.action, Action::Retry | Action::RefreshThenRetry(_));
         if retry && e.retries < self.cfg.max_retries && self.down.is_none() {

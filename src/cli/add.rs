@@ -495,6 +495,7 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus]) {
         q.credit_stalls = s.credit_stalls.load(Relaxed);
         q.state = LinkState::from_u8(s.state.load(Relaxed)).as_str().into();
         q.reconnects = s.reconnects.load(Relaxed);
+        q.luns_changed = s.luns_changed.load(Relaxed);
     }
 }
 

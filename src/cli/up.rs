@@ -50,7 +50,8 @@ pub struct UpArgs {
     #[arg(long, conflicts_with = "supervise")]
     pub start_units: bool,
     /// With --supervise: seconds between looks for new LUNs of targets configured with
-    /// `lun = all` (a LUN mapped on the target at run time gets its device), 0 for never.
+    /// `lun = all` (a LUN mapped on the target at run time gets its device), 0 for never. A
+    /// REPORTED LUNS DATA HAS CHANGED unit attention on any device makes it look at once.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub rescan: u64,
 }
@@ -249,30 +250,12 @@ pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
     }
     notify_ready()?;
     let mut last_scan = std::time::Instant::now();
+    // per device: the REPORTED LUNS DATA HAS CHANGED unit attentions its queues have seen
+    let mut luns_changed: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
     loop {
         std::thread::sleep(Duration::from_secs(1));
         reap_children();
-        if a.rescan > 0 && last_scan.elapsed() >= Duration::from_secs(a.rescan) {
-            last_scan = std::time::Instant::now();
-            for c in confs
-                .iter()
-                .filter(|c| c.add.session.lun == Some(LunSel::All))
-            {
-                match up_one(c, true) {
-                    Ok(now) => {
-                        for i in now {
-                            if !ids.contains(&i) {
-                                ids.push(i);
-                            }
-                        }
-                    }
-                    Err(e) => eprintln!(
-                        "srp-ublk: warning: looking for new LUNs of {}: {e:#}",
-                        c.name
-                    ),
-                }
-            }
-        }
+        let mut changed = false;
         for id in &ids {
             match DeviceState::read(&DeviceState::path(*id)) {
                 Ok(d) if !d.daemon_alive() => bail!(
@@ -281,12 +264,41 @@ pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
                     d.bdev,
                     d.pid
                 ),
-                Ok(_) => {}
+                Ok(d) => {
+                    let n: u64 = d.queues.iter().map(|q| q.luns_changed).sum();
+                    changed |= luns_changed.insert(*id, n).is_some_and(|was| n > was);
+                }
                 Err(_) => {
                     // deleted (`srp-ublk down` as the unit stops, or `del`): nothing to watch
                     println!("/dev/ublkb{id} was deleted: the target is no longer up");
                     return Ok(());
                 }
+            }
+        }
+        let due = a.rescan > 0 && last_scan.elapsed() >= Duration::from_secs(a.rescan);
+        if !(due || changed) {
+            continue;
+        }
+        if changed {
+            println!("a target reported that its LUNs changed: looking for new ones");
+        }
+        last_scan = std::time::Instant::now();
+        for c in confs
+            .iter()
+            .filter(|c| c.add.session.lun == Some(LunSel::All))
+        {
+            match up_one(c, true) {
+                Ok(now) => {
+                    for i in now {
+                        if !ids.contains(&i) {
+                            ids.push(i);
+                        }
+                    }
+                }
+                Err(e) => eprintln!(
+                    "srp-ublk: warning: looking for new LUNs of {}: {e:#}",
+                    c.name
+                ),
             }
         }
     }

@@ -43,6 +43,8 @@ pub struct QueueStatus {
     pub state: AtomicU8,
     /// Reconnects that succeeded.
     pub reconnects: AtomicU64,
+    /// REPORTED LUNS DATA HAS CHANGED unit attentions seen (`up --supervise` then looks for new LUNs).
+    pub luns_changed: AtomicU64,
 }
 
 impl QueueStatus {
@@ -51,6 +53,7 @@ impl QueueStatus {
         self.req_lim.store(ch.req_lim(), Relaxed);
         self.cmds.store(st.cmds, Relaxed);
         self.credit_stalls.store(st.credit_stalls, Relaxed);
+        self.luns_changed.store(st.luns_changed, Relaxed);
         self.state.store(state as u8, Relaxed);
     }
 }

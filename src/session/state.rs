@@ -32,6 +32,9 @@ pub struct QueueState {
     /// Reconnects that succeeded.
     #[serde(default)]
     pub reconnects: u64,
+    /// REPORTED LUNS DATA HAS CHANGED unit attentions seen.
+    #[serde(default)]
+    pub luns_changed: u64,
 }
 
 /// A served device.

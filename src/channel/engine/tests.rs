@@ -181,6 +181,15 @@ fn unit_attention_is_retried_medium_error_fails() {
     let done = drain(&mut ch);
     assert_eq!(done[0].outcome.errno, 0, "UNIT ATTENTION is absorbed");
     assert_eq!(ch.stats().retries, 1);
+    assert_eq!(ch.stats().luns_changed, 0);
+    // REPORTED LUNS DATA HAS CHANGED: absorbed too, and counted for the supervisor's rescan
+    ch.transport()
+        .faults
+        .check_condition
+        .push_back((6, 0x3f, 0x0e));
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    assert_eq!(drain(&mut ch)[0].outcome.errno, 0);
+    assert_eq!(ch.stats().luns_changed, 1);
     ch.transport()
         .faults
         .check_condition

@@ -1,7 +1,8 @@
 # `up` / `down` over a targets.d directory: a target file with two LUNs brings up two devices; `up`
 # again leaves them alone; after `kill -9` of one device's daemon, `up` recovers that device (the
-# same /dev/ublkbN, its data intact); `down` removes both. Under `up --supervise`, a target file with
-# `lun = all` gets a device for a LUN mapped on the target at run time.
+# same /dev/ublkbN, its data intact); `down` removes both. Under `up --supervise` (no periodic
+# rescan), a target file with `lun = all` gets a device for a LUN mapped on the target at run time:
+# LIO raises REPORTED LUNS DATA HAS CHANGED on the other LUNs, which the next I/O meets.
 . /usr/lib/srp-lab/suite/lib.sh
 ublk_cleanup
 export SRP_UBLK_CONF_DIR=/tmp/targets.d
@@ -42,7 +43,7 @@ target = $SRP_TARGET
 lun = all
 queues = 1
 CONF
-srp-ublk up --supervise --rescan 2 all > /tmp/supervise.log 2>&1 & sup=$!
+srp-ublk up --supervise --rescan 0 all > /tmp/supervise.log 2>&1 & sup=$!
 i=0; while [ "$(srp-ublk list | grep -c '^/dev/ublkb')" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 expect_eq "devices from lun = all" "$(srp-ublk list | grep -c '^/dev/ublkb')" 3
 rd=/sys/kernel/config/target/core/rd_mcp_0/ramdisk3
@@ -52,10 +53,13 @@ mkdir -p $rd && echo rd_pages=2048 > $rd/control && echo 1 > $rd/enable &&
     mkdir -p "$SRP_TPG/acls/10.77.0.1/lun_3" && ln -s "$SRP_TPG/lun/lun_3" "$SRP_TPG/acls/10.77.0.1/lun_3/lun_3" ||
     fail "mapping LUN 3 on the target"
 t=$(now)
+d0=$(srp-ublk list | grep 'lun 0 ' | cut -d' ' -f1)
+dd if="$d0" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null || fail "read from $d0"
 i=0; while ! srp-ublk list | grep -q 'lun 3 ' && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 d3=$(srp-ublk list | grep 'lun 3 ' | cut -d' ' -f1)
-[ -b "$d3" ] || { cat /tmp/supervise.log; fail "no device for LUN 3 within 60 s of mapping it"; }
-echo "LUN 3 mapped at run time: $d3 after $(since "$t") s (rescan every 2 s)"
+[ -b "$d3" ] || { cat /tmp/supervise.log; fail "no device for LUN 3 within 60 s of mapping it and reading from $d0"; }
+expect_contains "the supervisor's log" "$(cat /tmp/supervise.log)" "LUNs changed"
+echo "LUN 3 mapped at run time: $d3 after $(since "$t") s (a read from LUN 0 met the unit attention)"
 expect_eq "size of the new LUN" "$(blockdev --getsize64 "$d3")" $((8 << 20))
 kill -0 $sup || fail "the supervisor exited: $(cat /tmp/supervise.log)"
 kill $sup; wait $sup
