@@ -96,3 +96,14 @@ bench WHAT="lab": build
 # criterion benchmarks of the wire codecs
 bench-wire: deps
     cargo bench --bench wire
+
+# The binary goes to /usr/sbin, where the units and udev rules look for it. Afterwards:
+# systemctl daemon-reload && udevadm control --reload
+
+# install the binary, systemd units, udev rules and docs as a package would (root; DESTDIR= to stage)
+install: build
+    install -D -m 755 target/release/srp-ublk "${DESTDIR:-}/usr/sbin/srp-ublk"
+    install -d "${DESTDIR:-}/usr/lib/systemd/system" "${DESTDIR:-}/usr/lib/udev/rules.d" "${DESTDIR:-}/usr/share/doc/srp-ublk" "${DESTDIR:-}/etc/srp-ublk/targets.d"
+    install -m 644 systemd/*.service "${DESTDIR:-}/usr/lib/systemd/system/"
+    install -m 644 udev/*.rules "${DESTDIR:-}/usr/lib/udev/rules.d/"
+    install -m 644 docs/*.md docs/multipath-srp-ublk.conf "${DESTDIR:-}/usr/share/doc/srp-ublk/"
