@@ -98,16 +98,16 @@ pub fn open_ib(ib: &str) -> anyhow::Result<Umad> {
 
 /// `discover --ib`.
 fn run_ib(ib: &str, rules: Option<&std::path::Path>, json: bool) -> anyhow::Result<()> {
-    let rules = match rules {
-        Some(f) => Some((f.to_path_buf(), true)),
-        None => Some((std::path::PathBuf::from(SRP_DAEMON_CONF), false)),
-    }
-    .and_then(|(f, given)| match std::fs::read_to_string(&f) {
-        Ok(text) => Some(Rules::parse(&text).with_context(|| format!("in {}", f.display()))),
-        Err(e) if given => Some(Err(anyhow::anyhow!("cannot read {}: {e}", f.display()))),
+    // srp_daemon's own rules file is read when there is one; a file given must be readable
+    let (f, given) = match rules {
+        Some(f) => (f.to_path_buf(), true),
+        None => (std::path::PathBuf::from(SRP_DAEMON_CONF), false),
+    };
+    let rules = match std::fs::read_to_string(&f) {
+        Ok(text) => Some(Rules::parse(&text).with_context(|| format!("in {}", f.display()))?),
+        Err(e) if given => bail!("cannot read {}: {e}", f.display()),
         Err(_) => None,
-    })
-    .transpose()?;
+    };
     let mut u = open_ib(ib)?;
     let found = ib_discover::discover(&mut u)?;
     for s in &found.skipped {

@@ -14,7 +14,7 @@ use crate::channel::{clock_ms, Channel, DataBuf, Transport};
 use crate::rdma::Endpoint;
 use crate::session::rport::Rport;
 use crate::session::timers::{show_tmo, Timers};
-use crate::session::Relogin;
+use crate::session::{Relogin, RELOGIN_STEP};
 use crate::wire::nbd::{
     self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
 };
@@ -552,10 +552,6 @@ impl Exec {
     }
 }
 
-/// One CM step of a reconnect attempt at most (the connection checks its deadlines between
-/// attempts).
-const RELOGIN_STEP: Duration = Duration::from_secs(5);
-
 /// The connection's channel is down: hold its I/O, reconnect every reconnect_delay, fail I/O after
 /// fast_io_fail_tmo, for good after dev_loss_tmo -- what a ublk queue does ([`Rport`]). The
 /// commands held keep their data in the old endpoint's buffer region until the new endpoint's
@@ -577,11 +573,8 @@ fn on_down(
         ch.transport().quiesce();
         ch.set_hold(true);
         tracing::warn!(
-            "NBD connection: channel down ({why}); holding I/O, reconnect every {} s, \
-             fast_io_fail {} s, dev_loss {} s",
-            show_tmo(t.reconnect_delay),
-            show_tmo(t.fast_io_fail_tmo),
-            show_tmo(t.dev_loss_tmo)
+            "NBD connection: channel down ({why}); holding I/O, {}",
+            t.down_plan()
         );
     }
     ch.transport().release_if_removed();

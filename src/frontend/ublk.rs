@@ -14,7 +14,7 @@ use crate::rdma::Endpoint;
 pub use crate::session::rport::LinkState;
 use crate::session::rport::Rport;
 use crate::session::timers::{show_tmo, Timers};
-use crate::session::{Fresh, LunInfo, Relogin, Session};
+use crate::session::{Fresh, LunInfo, Relogin, Session, RELOGIN_STEP};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
@@ -575,8 +575,6 @@ impl Link {
     }
 }
 
-/// One CM step of a reconnect attempt at most (the queue checks its deadlines between attempts).
-const RELOGIN_STEP: Duration = Duration::from_secs(5);
 /// How long a queue whose channel is down sleeps between looks at the ring and its timers.
 const DOWN_TICK: Duration = Duration::from_millis(50);
 
@@ -764,11 +762,8 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
         res.ch.transport().quiesce();
         res.ch.set_hold(true);
         tracing::warn!(
-            "queue {qid}: channel down ({why}); holding I/O, reconnect every {} s, fast_io_fail {} s, \
-             dev_loss {} s",
-            show_tmo(t.reconnect_delay),
-            show_tmo(t.fast_io_fail_tmo),
-            show_tmo(t.dev_loss_tmo)
+            "queue {qid}: channel down ({why}); holding I/O, {}",
+            t.down_plan()
         );
     }
     status.publish(&res.ch, link.state());

@@ -158,15 +158,9 @@ fn port_targets<P: MadPort>(
         lid: p.lid,
         source,
     };
+    // no record decodes as a truncated one
     let guid = mad::sa_records(&node)
-        .map_err(|e| bad("NodeRecord", e))?
-        .next()
-        .map(mad::node_port_guid)
-        .unwrap_or(Err(crate::wire::WireError::Truncated {
-            what: "NodeRecord",
-            need: 108,
-            got: 0,
-        }))
+        .and_then(|mut recs| mad::node_port_guid(recs.next().unwrap_or_default()))
         .map_err(|e| bad("NodeRecord", e))?;
     for &(pkey_index, pkey) in &local.pkeys {
         // a path record in this partition: the target port is a member too

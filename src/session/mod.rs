@@ -171,6 +171,11 @@ pub struct Relogin {
     lun: u64,
 }
 
+/// One CM step of a reconnect attempt at most: shorter than a first login's limit, so that a
+/// channel waiting on a dead fabric still meets its fast_io_fail and dev_loss deadlines between
+/// attempts.
+pub const RELOGIN_STEP: Duration = Duration::from_secs(5);
+
 /// A new login for a channel that went down.
 pub struct Fresh {
     /// The logged-in endpoint.

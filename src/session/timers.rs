@@ -130,6 +130,18 @@ fn secs(s: u32) -> Duration {
     Duration::from_secs(u64::from(s))
 }
 
+impl Timers {
+    /// What a channel that just went down will do, for its log line.
+    pub fn down_plan(&self) -> String {
+        format!(
+            "reconnect every {} s, fast_io_fail {} s, dev_loss {} s",
+            show_tmo(self.reconnect_delay),
+            show_tmo(self.fast_io_fail_tmo),
+            show_tmo(self.dev_loss_tmo)
+        )
+    }
+}
+
 /// Shows a timer as ib_srp's sysfs does ("off" or seconds).
 pub fn show_tmo(t: Tmo) -> String {
     t.map_or_else(|| "off".to_string(), |s| s.to_string())
