@@ -72,11 +72,11 @@ session_cycles() {
 # if dm-multipath has not failed the path by then: how soon the channel notices a dead link depends
 # on the fabric's retries), then up
 link_down() {
-    _t=$(now)
+    _t0=$(now)   # not _t: wait_paths sets that one
     ip link set "$2" down
     sleep $((2 * TMO))
-    wait_paths "$3" 30 >/dev/null || { ip link set "$2" up; fail "path $1: $2 down for $(since "$_t") s, yet dm-multipath shows '$(paths)'"; }
-    _d=$(since "$_t")
+    wait_paths "$3" 30 >/dev/null || { ip link set "$2" up; fail "path $1: $2 down for $(since "$_t0") s, yet dm-multipath shows '$(paths)'"; }
+    _d=$(since "$_t0")
     ip link set "$2" up
     _r=$(wait_paths "active active" 90) || fail "path $1: not reinstated within 90 s of $2 up: $(paths)"
     [ -f /tmp/fio-verify.done ] && fail "fio stopped during path $1's link down"
