@@ -12,6 +12,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // colours only on a terminal: the daemon's log file and the journal get plain text
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -29,7 +29,7 @@ pub enum BlockOp {
 }
 
 /// What the LUN supports, from its INQUIRY/VPD/READ CAPACITY/MODE SENSE data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Geometry {
     /// log2 of the logical block size.
     pub block_shift: u32,

@@ -8,19 +8,20 @@ use anyhow::{bail, Context};
 use clap::Args;
 use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
 use srp_ublk::frontend::ublk::{
-    self as front, LinkState, LiveInfo, PollMode, QueueStatus, UblkOptions, UblkSource,
+    self as front, Handover, LinkState, LiveInfo, OnRemoved, PollMode, QueueStatus, UblkOptions,
+    UblkSource,
 };
 use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
 use srp_ublk::session::timers::{TimerError, Timers};
-use srp_ublk::session::Session;
+use srp_ublk::session::{detached_channels, Relogin, Session, MAX_IO_BYTES};
 use srp_ublk::wire::target::TargetSpec;
 
 use super::LunSel;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 /// Set in the daemon's environment by `add`: print READY/ERROR lines on stdout for the parent.
 const DAEMON_ENV: &str = "SRP_UBLK_DAEMON";
@@ -70,6 +71,11 @@ pub struct AddArgs {
     /// Take over device -n N, left quiesced by a daemon that died (what `srp-ublk recover` runs).
     #[arg(long, hide = true)]
     pub recover: bool,
+    /// With --recover: the previous image of this daemon left because its RDMA device was being
+    /// removed, its channels down since this time (ms since the epoch). The device is taken over
+    /// from its state file, without a login; the channels log in as they reconnect.
+    #[arg(long, hide = true, requires = "recover")]
+    pub handover_since: Option<u64>,
 }
 
 impl AddArgs {
@@ -315,9 +321,10 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
         sigs.add(s);
     }
     sigs.thread_block().context("blocking signals")?;
-    let (source, mut state) = match target {
-        Some(t) => srp_source(a, t)?,
-        None => demo_source(a)?,
+    let (source, mut state) = match (target, a.handover_since) {
+        (Some(_), Some(ms)) => handover_source(a, ms)?,
+        (Some(t), None) => srp_source(a, t)?,
+        (None, _) => demo_source(a)?,
     };
     state.pid = std::process::id();
     state.poll = format!("{:?}", a.poll).to_lowercase();
@@ -335,6 +342,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
         dev_id: a.id,
         timers: a.timers()?,
         recover: a.recover,
+        on_removed: target.map(|_| OnRemoved(Arc::new(hand_over))),
     };
     let st2 = status.clone();
     let on_live = move |info: LiveInfo| {
@@ -395,6 +403,93 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     Ok(())
 }
 
+/// Replaces this daemon's image with one that takes `/dev/ublkb<dev_id>` over (see [`OnRemoved`]):
+/// `add --recover --handover-since`, built from the device's state file as `recover` builds it.
+/// execve keeps the pid (the state file, `up --supervise` and systemd keep seeing a live daemon)
+/// and stderr (the log file), and closes every other descriptor: the uverbs and rdma_cm handles,
+/// so the kernel can finish removing the device, and the ublk ones, so ublk quiesces the device
+/// with its I/O queued for the new image. Returns only if the exec failed.
+fn hand_over(dev_id: u32, since: SystemTime) {
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    if STARTED.swap(true, Relaxed) {
+        return; // another queue thread is doing it
+    }
+    let d = match DeviceState::read(&DeviceState::path(dev_id)) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!("cannot hand /dev/ublkb{dev_id} over: its state file: {e}");
+            return;
+        }
+    };
+    let ms = since
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut argv = super::recover::argv(&d);
+    argv.extend(["--handover-since".into(), ms.to_string().into()]);
+    tracing::warn!(
+        "handing /dev/ublkb{dev_id} over to a new image of this daemon (pid {}): librdmacm lets go \
+         of a removed RDMA device only when the image ends",
+        std::process::id()
+    );
+    use std::os::unix::process::CommandExt;
+    // /proc/self/exe: the running binary even if a package upgrade replaced the file
+    let err = Command::new("/proc/self/exe").args(&argv).exec();
+    tracing::error!(
+        "handing /dev/ublkb{dev_id} over failed ({err}); I/O stays held under the timers, and the \
+         RDMA device removal completes when this daemon exits (`srp-ublk del`, or dev_loss_tmo)"
+    );
+}
+
+/// The device a previous image of this daemon handed over (see [`hand_over`]), from its state
+/// file: the same LUN, queues, depth and block mapping, its channels down since `since_ms`.
+fn handover_source(a: &AddArgs, since_ms: u64) -> anyhow::Result<(UblkSource, DeviceState)> {
+    let id = u32::try_from(a.id).context("--handover-since needs the device id: -n N")?;
+    let path = DeviceState::path(id);
+    let state = DeviceState::read(&path)
+        .with_context(|| format!("taking /dev/ublkb{id} over: reading {}", path.display()))?;
+    let Some(geometry) = state.geometry else {
+        bail!(
+            "{} has no block mapping (written by an older srp-ublk): `srp-ublk recover -n {id}` \
+             takes the device over once the target can be logged in to",
+            path.display()
+        );
+    };
+    let target = TargetSpec::parse(&state.target)?;
+    let (queues, depth) = (state.queues.len() as u16, state.depth);
+    let why = format!(
+        "RDMA device {} removed; taken over from the previous image of this daemon",
+        state.rdma_device
+    );
+    let channels = detached_channels(&state.rdma_device, queues, depth, state.lun, &why);
+    let relogin = Relogin::new(
+        &target,
+        state.lun,
+        depth,
+        Duration::from_secs(a.session.timeout),
+    );
+    let since = SystemTime::UNIX_EPOCH + Duration::from_millis(since_ms);
+    let ago = SystemTime::now().duration_since(since).unwrap_or_default();
+    let down_since = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
+    tracing::warn!(
+        "taking /dev/ublkb{id} over: {queues} queue(s) x depth {depth}, channels down for {ago:.1?} \
+         (RDMA device {} removed); they log in as the device comes back",
+        state.rdma_device
+    );
+    let h = Handover {
+        channels,
+        relogin,
+        depth,
+        geometry,
+        max_io: if state.max_io > 0 {
+            state.max_io
+        } else {
+            MAX_IO_BYTES
+        },
+        down_since,
+    };
+    Ok((UblkSource::Handover(Box::new(h)), state))
+}
+
 fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, DeviceState)> {
     let mut opts = a.session.options(Some(target))?;
     opts.share_nexus = nexus_in_use(target);
@@ -428,6 +523,8 @@ fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, D
         serial: session.lun.serial.clone(),
         wwid: session.lun.wwid.clone(),
         rdma_device: session.rdma_device.clone(),
+        geometry: Some(session.lun.geometry()),
+        max_io: session.lun.max_io_bytes(session.target.opts.max_sect),
         queues: session
             .channels
             .iter()

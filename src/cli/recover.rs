@@ -71,7 +71,7 @@ pub(crate) fn recover_one(d: &DeviceState, timeout: u64) -> anyhow::Result<()> {
 
 /// The `add` command line that serves `d` again: same target, LUN, queues, depth, completion mode
 /// and timers, taking over its device id.
-fn argv(d: &DeviceState) -> Vec<OsString> {
+pub(crate) fn argv(d: &DeviceState) -> Vec<OsString> {
     let mut v: Vec<String> = vec![
         "add".into(),
         "--target".into(),

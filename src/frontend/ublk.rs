@@ -23,7 +23,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// One queue's live counters, published by its thread only when it is about to sleep or every
 /// 1024 loops (relaxed stores to its own cache line: nothing on the I/O path is shared) and read by
@@ -131,6 +131,23 @@ pub struct UblkOptions {
     /// Take over device `dev_id`, left quiesced by a daemon that died (ublk user recovery), instead
     /// of creating one.
     pub recover: bool,
+    /// What to do when the RDMA device under the channels is being removed (see [`Handover`]).
+    pub on_removed: Option<OnRemoved>,
+}
+
+/// Called by the first queue thread that finds its RDMA device being removed, with the ublk device
+/// id and when the channel went down. librdmacm keeps a handle on every device it has used until
+/// the process image ends, and the kernel finishes the removal only then; so the daemon replaces
+/// its image (execve: same pid, every descriptor closed) with one that takes the device over by
+/// ublk user recovery ([`UblkSource::Handover`]). Returns only if that failed; the queues then
+/// hold I/O under their timers as for any outage.
+#[derive(Clone)]
+pub struct OnRemoved(pub Arc<dyn Fn(u32, SystemTime) + Send + Sync>);
+
+impl std::fmt::Debug for OnRemoved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnRemoved(..)")
+    }
 }
 
 /// What the device looked like once it was live.
@@ -225,10 +242,31 @@ fn ublk_params(lun: &LunInfo, max_io: u32) -> sys::ublk_params {
     p
 }
 
+/// A device taken over, without a login, from a daemon whose RDMA device went away: its channels
+/// start down (on detached endpoints, [`crate::session::detached_channels`]) and log in with their
+/// first reconnect; the timers count from `down_since`, when the previous daemon's channel went
+/// down.
+pub struct Handover {
+    /// One channel per queue, each down.
+    pub channels: Vec<Channel<Endpoint>>,
+    /// How they log in.
+    pub relogin: Relogin,
+    /// Queue depth (the device's).
+    pub depth: u16,
+    /// The LUN's block mapping, as the previous daemon had it.
+    pub geometry: Geometry,
+    /// The ublk buffer size per tag.
+    pub max_io: u32,
+    /// When the channels went down.
+    pub down_since: Instant,
+}
+
 /// What a ublk device is served from.
 pub enum UblkSource {
     /// An SRP session: one channel per queue.
     Srp(Box<Session>),
+    /// A device taken over after an RDMA device removal (user recovery only).
+    Handover(Box<Handover>),
     /// A demo/benchmark backend (not storage): RAM (`Some`) or zeros with writes discarded (`None`).
     Demo {
         /// Size in bytes.
@@ -273,8 +311,26 @@ pub fn serve(
     status: Arc<Vec<QueueStatus>>,
     on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
 ) -> Result<(), UblkFrontError> {
-    let session = match source {
-        UblkSource::Srp(s) => *s,
+    // a new device gets its parameters from the LUN; one taken over keeps the ones it has
+    let (channels, relogin, depth, max_io, params, geo, down_since) = match source {
+        UblkSource::Srp(s) => {
+            let max_io = s.lun.max_io_bytes(s.target.opts.max_sect);
+            let params = Some(ublk_params(&s.lun, max_io));
+            let geo = s.lun.geometry();
+            (s.channels, s.relogin, s.depth, max_io, params, geo, None)
+        }
+        UblkSource::Handover(h) if opts.recover => {
+            let h = *h;
+            let at = Some(h.down_since);
+            let (geo, max_io) = (h.geometry, h.max_io);
+            (h.channels, h.relogin, h.depth, max_io, None, geo, at)
+        }
+        UblkSource::Handover(_) => {
+            return Err(UblkFrontError::Recover(
+                "a handover takes an existing device over: it needs recovery (-n N --recover)"
+                    .into(),
+            ))
+        }
         UblkSource::Demo {
             size,
             disk,
@@ -282,14 +338,10 @@ pub fn serve(
             depth,
         } => return serve_demo(size, disk, queues, depth, opts, status, on_live),
     };
-    let nr_queues = session.channels.len() as u16;
-    let depth = session.depth;
-    let max_io = session.lun.max_io_bytes(session.target.opts.max_sect);
-    let params = ublk_params(&session.lun, max_io);
-    let geo = session.lun.geometry();
-    let size = session.lun.size();
+    let nr_queues = channels.len() as u16;
+    let size = geo.blocks << geo.block_shift;
     let channels: Arc<Mutex<Vec<Option<Channel<Endpoint>>>>> =
-        Arc::new(Mutex::new(session.channels.into_iter().map(Some).collect()));
+        Arc::new(Mutex::new(channels.into_iter().map(Some).collect()));
     let ctrl = if opts.recover {
         recover_ctrl(opts.dev_id, nr_queues, depth, max_io)?
     } else {
@@ -297,14 +349,17 @@ pub fn serve(
     };
     let tgt_init = move |dev: &mut UblkDev| {
         dev.set_default_params(size);
-        dev.tgt.params = params;
+        if let Some(p) = params {
+            dev.tgt.params = p;
+        }
         // room for the two PollAdds next to the depth's ublk commands
         dev.tgt.sq_depth = depth + 8;
         dev.tgt.cq_depth = depth + 8;
         Ok(())
     };
     let mode = effective_mode(opts.poll, nr_queues);
-    let (relogin, timers) = (session.relogin.clone(), opts.timers);
+    let timers = opts.timers;
+    let on_removed = opts.on_removed.clone();
     let cpus = opts.cpus.clone();
     let status2 = status.clone();
     let shared = Arc::new(SessionLink::new(nr_queues)?);
@@ -323,9 +378,14 @@ pub fn serve(
         st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
         let link = Link {
             relogin: relogin.clone(),
-            rport: Rport::new(timers),
+            rport: match down_since {
+                Some(at) => Rport::down_since(timers, at),
+                None => Rport::new(timers),
+            },
             gen: 0,
             epoch: 0,
+            dev_id: dev.dev_info.dev_id,
+            on_removed: on_removed.clone(),
         };
         if let Err(e) = run_queue(qid, dev, ch, geo, mode, link, st, &shared) {
             tracing::error!("queue {qid}: {e}");
@@ -391,11 +451,23 @@ fn build_ctrl(
         })
 }
 
+/// How long a device whose daemon is gone may stay live before ublk quiesces it.
+const QUIESCE_WAIT: Duration = Duration::from_secs(30);
+
 /// Takes over device `id`, which a dead daemon left quiesced: checks it is waiting for recovery
 /// with the queues and depth this session serves, then starts user recovery.
 fn recover_ctrl(id: i32, queues: u16, depth: u16, max_io: u32) -> Result<UblkCtrl, UblkFrontError> {
     let ublk = |what, source| UblkFrontError::Ublk { what, source };
-    let old = UblkCtrl::new_simple(id).map_err(|e| ublk("opening the device to recover", e))?;
+    // ublk quiesces a device shortly after its daemon's queues are gone (an exec'd daemon image
+    // comes here at once): give it that time
+    let deadline = Instant::now() + QUIESCE_WAIT;
+    let old = loop {
+        let c = UblkCtrl::new_simple(id).map_err(|e| ublk("opening the device to recover", e))?;
+        if u32::from(c.dev_info().state) != sys::UBLK_S_DEV_LIVE || Instant::now() >= deadline {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let info = old.dev_info();
     if u32::from(info.state) != sys::UBLK_S_DEV_QUIESCED {
         return Err(UblkFrontError::Recover(format!(
@@ -567,6 +639,10 @@ struct Link {
     gen: u16,
     /// The [`SessionLink`] failure epoch this queue has acted on.
     epoch: u32,
+    /// The ublk device id.
+    dev_id: u32,
+    /// See [`OnRemoved`].
+    on_removed: Option<OnRemoved>,
 }
 
 impl Link {
@@ -598,7 +674,12 @@ fn run_queue(
         data: Vec::new(),
         pending: vec![(0, false); usize::from(q.get_depth() as u16)],
     };
-    res.data = register_bufs(res.ch.transport(), &res.bufs)?;
+    res.data = if res.ch.transport().is_stopped() {
+        // a channel that starts down: its buffers are registered with its first login
+        unregistered(&res.bufs)
+    } else {
+        register_bufs(res.ch.transport(), &res.bufs)?
+    };
     let q = q
         .submit_fetch_commands_unified(BufDescList::Slices(Some(&res.bufs)))
         .map_err(|e| format!("submitting FETCH commands: {e}"))?;
@@ -610,6 +691,11 @@ fn run_queue(
     let mut tick_pending = false;
     let wake_fd = shared.wake[usize::from(qid)].as_raw_fd();
     let mut wake_pending = false;
+    if res.ch.down().is_some() {
+        // a channel that starts down (a handover) holds I/O before the first command can arrive;
+        // it logs in from the loop, once the ring has taken the FETCH commands
+        on_down(qid, &q, &mut res, &mut link, status);
+    }
     status.publish(&res.ch, link.state());
     loop {
         if !wake_pending {
@@ -729,7 +815,9 @@ fn run_queue(
                     link.epoch = shared.fail(qid);
                 }
             }
-            on_down(qid, &q, &mut res, &mut link, status);
+            if on_down(qid, &q, &mut res, &mut link, status) {
+                reconnect(qid, &mut res, &mut link, status);
+            }
             if !link.rport.is_up() && r.is_ok() {
                 std::thread::sleep(DOWN_TICK);
             }
@@ -749,9 +837,16 @@ fn run_queue(
     Ok(())
 }
 
-/// The channel is down: hold I/O, reconnect every reconnect_delay, fail I/O after
-/// fast_io_fail_tmo, give the device up after dev_loss_tmo (ib_srp's transport-class timers).
-fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status: &QueueStatus) {
+/// The channel is down: hold I/O, fail I/O after fast_io_fail_tmo, give the device up after
+/// dev_loss_tmo (ib_srp's transport-class timers); returns whether a reconnect attempt is due (every
+/// reconnect_delay: [`reconnect`]).
+fn on_down(
+    qid: u16,
+    q: &UblkQueue,
+    res: &mut QueueRes,
+    link: &mut Link,
+    status: &QueueStatus,
+) -> bool {
     let now = Instant::now();
     let step = link.rport.down_step(now);
     let t = link.rport.timers;
@@ -767,8 +862,16 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
         );
     }
     status.publish(&res.ch, link.state());
-    // the device under the channel is going away: let go of what is ours on it at once
-    res.ch.transport().release_if_removed();
+    // the device under the channel is going away: let go of what is ours on it at once, and of
+    // what librdmacm holds by handing the ublk device over to a new image of this daemon
+    if res.ch.transport().release_if_removed() {
+        if let Some(OnRemoved(f)) = &link.on_removed {
+            let since = SystemTime::now()
+                .checked_sub(step.down_for)
+                .unwrap_or_else(SystemTime::now);
+            f(link.dev_id, since);
+        }
+    }
     if step.fail_held {
         tracing::warn!(
             "queue {qid}: fast_io_fail_tmo expired after {:.1?}: failing I/O",
@@ -786,11 +889,16 @@ fn on_down(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status:
         status.publish(&res.ch, link.state());
         // the same path as `srp-ublk del`: the daemon's signal thread stops the device
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
-        return;
+        return false;
     }
-    if !step.try_now {
-        return;
-    }
+    step.try_now
+}
+
+/// One reconnect attempt of a channel that is down: log in again, re-register the buffers and
+/// re-issue what was held, or try again after reconnect_delay.
+fn reconnect(qid: u16, res: &mut QueueRes, link: &mut Link, status: &QueueStatus) {
+    let now = Instant::now();
+    let t = link.rport.timers;
     match relogin(&link.relogin, &res.bufs) {
         Ok((fresh, data)) => {
             let old = res
@@ -833,6 +941,19 @@ fn fail_held(q: &UblkQueue, res: &mut QueueRes) {
     } = res;
     ch.set_hold(false);
     ch.fail_all(libc::EIO, &mut |d| commit(q, bufs, pending, d));
+}
+
+/// The tag buffers' descriptors before any login registered them (keys 0): a channel that starts
+/// down holds commands on these; its first reconnect gives each its registration.
+fn unregistered(bufs: &[IoBuf<u8>]) -> Vec<DataBuf> {
+    bufs.iter()
+        .map(|b| DataBuf {
+            addr: b.as_mut_ptr() as u64,
+            len: b.len() as u32,
+            lkey: 0,
+            rkey: 0,
+        })
+        .collect()
 }
 
 /// Logs the channel in again and registers the tag buffers on the new endpoint.

@@ -213,6 +213,16 @@ impl Endpoint {
         }
     }
 
+    /// An endpoint that never logged in: closed, holding nothing. A channel put on one starts
+    /// down and gets its first real endpoint from a reconnect -- the daemon that takes a device
+    /// over after its RDMA device went away ([`crate::session::Session::handover`]) begins so.
+    pub fn detached(device: &str) -> Endpoint {
+        let mut ep = Endpoint::empty(SocketAddr::from(([0, 0, 0, 0], 0)));
+        ep.closed = true;
+        ep.device = device.to_string();
+        ep
+    }
+
     /// Logs one channel in. Blocks for at most a few times `p.timeout`.
     pub fn connect(p: &ConnectParams) -> Result<Endpoint, RdmaError> {
         let dest = match p.target.transport {
@@ -704,16 +714,16 @@ impl Endpoint {
     /// returns whether it did. The kernel finishes a removal only once every user has closed the
     /// device; librdmacm (44) keeps a handle of its own on every device it has used and lets go of
     /// it only when it re-reads its device list, which `rdma_get_devices` does -- and that call,
-    /// tried here, left librdmacm's list empty with devices present after a second removal, and its
-    /// next initialisation deadlocked on its own lock (lab, tests/lab/examples/device-removal.sh).
-    /// So the removal completes when this process exits.
+    /// tried in session 4, left librdmacm's list empty with devices present after a second removal,
+    /// and its next initialisation deadlocked on its own lock. So the removal completes only when
+    /// this process image ends: the ublk daemon then hands its device over to a fresh image of
+    /// itself (`frontend::ublk`, [`crate::session::Session::handover`]).
     pub fn release_if_removed(&mut self) -> bool {
         if self.closed || !self.device_removed() {
             return false;
         }
         tracing::warn!(
-            "RDMA device {} is being removed: releasing this channel (librdmacm keeps its own \
-             handle: the removal completes when this daemon exits, at dev_loss_tmo or `del`)",
+            "RDMA device {} is being removed: releasing this channel",
             self.device
         );
         self.close();

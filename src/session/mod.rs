@@ -187,6 +187,15 @@ pub struct Fresh {
 }
 
 impl Relogin {
+    /// How a channel of `target` serving `lun` at `depth` logs in again: MULTI, each CM step
+    /// limited to `timeout` (and to [`RELOGIN_STEP`] when [`Relogin::connect`] is given it).
+    pub fn new(target: &TargetSpec, lun: u64, depth: u16, timeout: Duration) -> Relogin {
+        Relogin {
+            params: connect_params(target, MultiChannelAction::Multi, depth, timeout),
+            lun,
+        }
+    }
+
     /// Logs in one channel, each CM step limited to `step` (shorter than the first login's limit,
     /// so a queue waiting on a dead fabric still reaches its fast_io_fail and dev_loss deadlines).
     pub fn connect(&self, step: Duration) -> Result<Fresh, RdmaError> {
@@ -311,10 +320,7 @@ impl Session {
             .collect();
         let lun = interrogate(&mut channels[0], opts.lun)?;
         let rdma_device = channels[0].transport().device().to_string();
-        let relogin = Relogin {
-            params: connect_params(target, MultiChannelAction::Multi, depth, opts.timeout),
-            lun: opts.lun,
-        };
+        let relogin = Relogin::new(target, opts.lun, depth, opts.timeout);
         Ok(Session {
             target: target.clone(),
             channels,
@@ -324,6 +330,36 @@ impl Session {
             relogin,
         })
     }
+}
+
+/// `queues` channels that have never logged in, each down on a detached endpoint of `device`
+/// (the RDMA device the previous daemon used, for messages): what a daemon serves first when it
+/// takes a device over from one whose RDMA device went away. It knows the LUN from the device's
+/// state file, so nothing needs the target before the queues start; each channel logs in with its
+/// first reconnect, under the transport-class timers, as any channel that went down does.
+pub fn detached_channels(
+    device: &str,
+    queues: u16,
+    depth: u16,
+    lun: u64,
+    why: &str,
+) -> Vec<Channel<Endpoint>> {
+    (0..queues)
+        .map(|_| {
+            let cfg = ChannelConfig {
+                depth,
+                extra_slots: EXTRA_SLOTS,
+                lun: ScsiLun::from_int(lun),
+                req_lim: 0,
+                max_imm: 0,
+                imm_data_offset: size::IMM_DATA_OFFSET,
+                max_retries: 5,
+            };
+            let mut ch = Channel::new(Endpoint::detached(device), cfg);
+            ch.declare_down(crate::channel::DownReason::Transport(why.to_string()));
+            ch
+        })
+        .collect()
 }
 
 /// Runs one data-in command on an idle channel into its scratch buffer; returns the bytes.

@@ -63,6 +63,8 @@ pub struct Rport {
     /// The transport-class timers.
     pub timers: Timers,
     since: Option<Instant>,
+    /// For a link that starts down: when it really went down (see [`Rport::down_since`]).
+    carried: Option<Instant>,
     next_try: Option<Instant>,
     fail_fast: bool,
     lost: bool,
@@ -74,9 +76,20 @@ impl Rport {
         Rport {
             timers,
             since: None,
+            carried: None,
             next_try: None,
             fail_fast: false,
             lost: false,
+        }
+    }
+
+    /// A link that went down at `at`, before this process had it (the daemon whose RDMA device
+    /// went away handed the device over): its first [`Rport::down_step`] counts every timer from
+    /// `at`, so a handover neither restarts fast_io_fail_tmo nor dev_loss_tmo.
+    pub fn down_since(timers: Timers, at: Instant) -> Rport {
+        Rport {
+            carried: Some(at),
+            ..Rport::new(timers)
         }
     }
 
@@ -103,9 +116,10 @@ impl Rport {
             Some(s) => s,
             None => {
                 step.went_down = true;
-                self.since = Some(now);
-                self.next_try = self.timers.reconnect_delay().map(|d| now + d);
-                now
+                let at = self.carried.take().map_or(now, |at| at.min(now));
+                self.since = Some(at);
+                self.next_try = self.timers.reconnect_delay().map(|d| at + d);
+                at
             }
         };
         step.down_for = now.saturating_duration_since(since);
@@ -172,6 +186,30 @@ mod tests {
         let s = r.down_step(t0 + Duration::from_secs(10));
         assert!(s.lost && !s.try_now);
         assert_eq!(r.state(), LinkState::Lost);
+    }
+
+    #[test]
+    fn a_link_handed_over_down_keeps_its_clock() {
+        let t = Timers {
+            reconnect_delay: Some(2),
+            fast_io_fail_tmo: Some(5),
+            dev_loss_tmo: Some(10),
+        };
+        let t0 = Instant::now();
+        let mut r = Rport::down_since(t, t0);
+        assert!(r.is_up(), "up until its first step, like any link");
+        let s = r.down_step(t0 + Duration::from_secs(3));
+        assert!(s.went_down && s.try_now, "reconnect_delay counted from t0");
+        assert_eq!(s.down_for, Duration::from_secs(3));
+        r.retry_later(t0 + Duration::from_secs(3));
+        let s = r.down_step(t0 + Duration::from_secs(5));
+        assert!(s.fail_held, "fast_io_fail_tmo counted from t0");
+        assert!(r.down_step(t0 + Duration::from_secs(10)).lost);
+        r.reconnected(t0 + Duration::from_secs(4));
+        assert!(
+            r.down_step(t0 + Duration::from_secs(20)).down_for.is_zero(),
+            "the next outage starts its own clock"
+        );
     }
 
     #[test]

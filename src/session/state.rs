@@ -78,6 +78,13 @@ pub struct DeviceState {
     pub unit: Option<String>,
     /// One entry per queue/channel.
     pub queues: Vec<QueueState>,
+    /// The LUN's block mapping: what a daemon taking the device over without a login serves
+    /// (after an RDMA device removal); absent in files of older versions.
+    #[serde(default)]
+    pub geometry: Option<crate::channel::block::Geometry>,
+    /// The ublk buffer size per tag (largest I/O), with `geometry`.
+    #[serde(default)]
+    pub max_io: u32,
 }
 
 /// The systemd service a process runs in, from its `/proc/PID/cgroup` text: the last path component
