@@ -107,6 +107,8 @@ pub struct ChannelStats {
     pub timeouts: u64,
     /// REPORTED LUNS DATA HAS CHANGED unit attentions seen (the target maps other LUNs now).
     pub luns_changed: u64,
+    /// CAPACITY DATA HAS CHANGED unit attentions seen (the LUN was resized).
+    pub capacity_changed: u64,
     /// Task management requests sent (ABORT TASK, LOGICAL UNIT RESET).
     pub tmfs: u64,
     /// Retries after a delay (BUSY, TASK SET FULL, becoming ready).
@@ -878,8 +880,10 @@ impl<T: Transport> Channel<T> {
                 return;
             }
         }
-        if d.action == Action::RefreshThenRetry(Refresh::Luns) {
-            self.stats.luns_changed += 1;
+        match d.action {
+            Action::RefreshThenRetry(Refresh::Luns) => self.stats.luns_changed += 1,
+            Action::RefreshThenRetry(Refresh::Capacity) => self.stats.capacity_changed += 1,
+            _ => {}
         }
         let retry = matches!(d.action, Action::Retry | Action::RefreshThenRetry(_));
         if retry && e.retries < self.cfg.max_retries && self.down.is_none() {

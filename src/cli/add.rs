@@ -8,8 +8,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
 use srp_ublk::frontend::ublk::{
-    self as front, Handover, LinkState, LiveInfo, OnRemoved, PollMode, QueueStatus, UblkOptions,
-    UblkSource,
+    self as front, CapacityStatus, Handover, LinkState, LiveInfo, OnRemoved, PollMode, QueueStatus,
+    UblkOptions, UblkSource,
 };
 use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
 use srp_ublk::session::timers::{TimerError, Timers};
@@ -343,12 +343,14 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
         timers: a.timers()?,
         recover: a.recover,
         on_removed: target.map(|_| OnRemoved(Arc::new(hand_over))),
+        capacity: Arc::new(CapacityStatus::default()),
     };
     let st2 = status.clone();
+    let cap = uopts.capacity.clone();
     let on_live = move |info: LiveInfo| {
         state.dev_id = info.dev_id;
         state.bdev = info.bdev.clone();
-        refresh(&mut state, &st2);
+        refresh(&mut state, &st2, &cap);
         if let Err(e) = state.write() {
             tracing::warn!(
                 "cannot write {}: {e}",
@@ -371,9 +373,14 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
             let _ = std::io::stdout().flush();
         }
         let dev_id = info.dev_id;
+        let cap2 = cap.clone();
         std::thread::spawn(move || loop {
             match sigs.wait() {
-                Ok(nix::sys::signal::SIGHUP) => continue,
+                Ok(nix::sys::signal::SIGHUP) => {
+                    // `srp-ublk resize`: re-read the LUN's capacity
+                    tracing::info!("SIGHUP: checking the LUN's capacity");
+                    cap2.check.store(true, Relaxed);
+                }
                 Ok(sig) => {
                     tracing::info!("{sig:?}: stopping ublk device {dev_id}");
                     if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(dev_id as i32) {
@@ -389,7 +396,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
             if !DeviceState::path(dev_id).exists() {
                 return;
             }
-            refresh(&mut state, &st2);
+            refresh(&mut state, &st2, &cap);
             let _ = state.write();
         });
     };
@@ -415,7 +422,13 @@ fn hand_over(dev_id: u32, since: SystemTime) {
         return; // another queue thread is doing it
     }
     let d = match DeviceState::read(&DeviceState::path(dev_id)) {
-        Ok(d) => d,
+        Ok(d) if d.geometry.is_some() => d,
+        Ok(_) => {
+            tracing::error!(
+                "cannot hand /dev/ublkb{dev_id} over: its state file has no block mapping"
+            );
+            return;
+        }
         Err(e) => {
             tracing::error!("cannot hand /dev/ublkb{dev_id} over: its state file: {e}");
             return;
@@ -584,7 +597,18 @@ fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {
     ))
 }
 
-fn refresh(state: &mut DeviceState, status: &[QueueStatus]) {
+fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus) {
+    let bytes = cap.bytes.load(Relaxed);
+    if bytes > 0 {
+        state.size = bytes;
+        // a daemon taking the device over (after an RDMA device removal) serves this mapping
+        if let Some(g) = state.geometry.as_mut() {
+            g.blocks = bytes >> g.block_shift;
+        }
+    }
+    state.size_pending = cap.pending.load(Relaxed);
+    state.capacity_checks = cap.checks.load(Relaxed);
+    state.capacity_check_failures = cap.failures.load(Relaxed);
     for (q, s) in state.queues.iter_mut().zip(status) {
         q.tid = s.tid.load(Relaxed);
         q.req_lim = s.req_lim.load(Relaxed);
@@ -593,6 +617,7 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus]) {
         q.state = LinkState::from_u8(s.state.load(Relaxed)).as_str().into();
         q.reconnects = s.reconnects.load(Relaxed);
         q.luns_changed = s.luns_changed.load(Relaxed);
+        q.capacity_changed = s.capacity_changed.load(Relaxed);
     }
 }
 

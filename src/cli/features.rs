@@ -17,7 +17,14 @@ pub fn run() -> anyhow::Result<()> {
     );
     if Path::new("/dev/ublk-control").exists() {
         match libublk::ctrl::UblkCtrl::get_features() {
-            Some(f) => println!("ublk: /dev/ublk-control present, driver features {f:#x}"),
+            Some(f) => println!(
+                "ublk: /dev/ublk-control present, driver features {f:#x} (live resize: {})",
+                if f & u64::from(libublk::sys::UBLK_F_UPDATE_SIZE) != 0 {
+                    "yes"
+                } else {
+                    "no, UPDATE_SIZE needs Linux 6.16"
+                }
+            ),
             None => println!("ublk: /dev/ublk-control present, driver features unknown"),
         }
     } else {

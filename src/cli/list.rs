@@ -80,6 +80,13 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
         if let Some(w) = &d.wwid {
             println!("    wwid {w}");
         }
+        if d.size_pending > 0 {
+            println!(
+                "    capacity now {} MiB on the target: this kernel's ublk cannot resize a live \
+                 device; del and add it again",
+                d.size_pending >> 20
+            );
+        }
         if let Some(t) = &d.timers {
             println!(
                 "    timers reconnect_delay {} fast_io_fail_tmo {} dev_loss_tmo {}",

@@ -6,6 +6,7 @@ pub mod discover;
 pub mod features;
 pub mod list;
 pub mod recover;
+pub mod resize;
 pub mod serve;
 pub mod target;
 pub mod udev_id;
@@ -154,6 +155,8 @@ pub enum Command {
     List(list::ListArgs),
     /// After a daemon crash: log in again and resume the device (ublk user recovery).
     Recover(recover::RecoverArgs),
+    /// Re-read a device's LUN capacity now and resize the device to it (after growing the LUN).
+    Resize(resize::ResizeArgs),
     /// Serve a target's LUN (or a demo backend) as an NBD export, in the foreground.
     Serve(serve::ServeArgs),
     /// Show what this host offers: ublk driver, RDMA devices, ports and GIDs, modules.
@@ -177,6 +180,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Discover(a) => discover::run(a),
         Command::List(a) => list::run(a),
         Command::Recover(a) => recover::run(a),
+        Command::Resize(a) => resize::run(a),
         Command::Features => features::run(),
         Command::Serve(a) => serve::run(a),
         Command::Target(t) => target::run(t),

@@ -138,5 +138,15 @@ mod tests {
         assert_eq!(a.session.depth, 32);
         assert_eq!(a.timers().unwrap(), d.timers.unwrap());
         assert_eq!(a.target.as_deref(), Some(d.target.as_str()));
+        assert_eq!(a.handover_since, None);
+        // what a daemon whose RDMA device is being removed execs (cli::add::hand_over)
+        let mut args = vec![OsString::from("srp-ublk")];
+        args.extend(argv(&d));
+        args.extend(["--handover-since".into(), "1764580000123".into()]);
+        let Command::Add(a) = Cli::try_parse_from(args).unwrap().command else {
+            panic!("not an add")
+        };
+        assert!(a.recover);
+        assert_eq!(a.handover_since, Some(1764580000123));
     }
 }

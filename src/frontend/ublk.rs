@@ -21,7 +21,7 @@ use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{sys, BufDesc, BufDescList, UblkFlags, UblkIORes, UblkUringData};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -45,6 +45,8 @@ pub struct QueueStatus {
     pub reconnects: AtomicU64,
     /// REPORTED LUNS DATA HAS CHANGED unit attentions seen (`up --supervise` then looks for new LUNs).
     pub luns_changed: AtomicU64,
+    /// CAPACITY DATA HAS CHANGED unit attentions seen (the daemon then re-reads the capacity).
+    pub capacity_changed: AtomicU64,
 }
 
 impl QueueStatus {
@@ -54,8 +56,26 @@ impl QueueStatus {
         self.cmds.store(st.cmds, Relaxed);
         self.credit_stalls.store(st.credit_stalls, Relaxed);
         self.luns_changed.store(st.luns_changed, Relaxed);
+        self.capacity_changed.store(st.capacity_changed, Relaxed);
         self.state.store(state as u8, Relaxed);
     }
+}
+
+/// The device's size, kept by its capacity checks (see [`check_capacity`]): a check runs when a
+/// queue meets CAPACITY DATA HAS CHANGED and when asked (`check`: SIGHUP, `srp-ublk resize`).
+#[derive(Debug, Default)]
+pub struct CapacityStatus {
+    /// Ask for a check now.
+    pub check: AtomicBool,
+    /// Checks done (`srp-ublk resize` waits for it or `failures` to move).
+    pub checks: AtomicU64,
+    /// Checks that could not read the capacity or apply it (the log says why).
+    pub failures: AtomicU64,
+    /// The device's size in bytes.
+    pub bytes: AtomicU64,
+    /// A size the LUN has that the device could not take (no UPDATE_SIZE in this kernel's ublk);
+    /// 0: none.
+    pub pending: AtomicU64,
 }
 
 /// How a queue thread waits for completions.
@@ -91,10 +111,13 @@ const OP_POLL_WAKE: u32 = 5;
 struct SessionLink {
     epoch: AtomicU32,
     wake: Vec<EventFd>,
+    /// The device's size in logical blocks: the bound every queue checks I/O against, moved by a
+    /// resize (written only then; a relaxed load per I/O of a line nobody else writes).
+    blocks: AtomicU64,
 }
 
 impl SessionLink {
-    fn new(queues: u16) -> Result<SessionLink, UblkFrontError> {
+    fn new(queues: u16, blocks: u64) -> Result<SessionLink, UblkFrontError> {
         let wake = (0..queues)
             .map(|_| EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC))
             .collect::<Result<Vec<_>, _>>()
@@ -102,6 +125,7 @@ impl SessionLink {
         Ok(SessionLink {
             epoch: AtomicU32::new(0),
             wake,
+            blocks: AtomicU64::new(blocks),
         })
     }
 
@@ -133,6 +157,8 @@ pub struct UblkOptions {
     pub recover: bool,
     /// What to do when the RDMA device under the channels is being removed (see [`Handover`]).
     pub on_removed: Option<OnRemoved>,
+    /// The device's size and its capacity checks.
+    pub capacity: Arc<CapacityStatus>,
 }
 
 /// Called by the first queue thread that finds its RDMA device being removed, with the ublk device
@@ -362,7 +388,22 @@ pub fn serve(
     let on_removed = opts.on_removed.clone();
     let cpus = opts.cpus.clone();
     let status2 = status.clone();
-    let shared = Arc::new(SessionLink::new(nr_queues)?);
+    let shared = Arc::new(SessionLink::new(nr_queues, geo.blocks)?);
+    opts.capacity.bytes.store(size, Relaxed);
+    let watch = CapacityWatch {
+        dev_id: ctrl.dev_info().dev_id,
+        relogin: relogin.clone(),
+        shared: shared.clone(),
+        queues: status.clone(),
+        capacity: opts.capacity.clone(),
+        block_shift: geo.block_shift,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    std::thread::Builder::new()
+        .name("capacity".into())
+        .spawn(move || watch.run(&stop2))
+        .map_err(|e| UblkFrontError::Setup(format!("starting the capacity watch: {e}")))?;
     let q_fn = move |qid: u16, dev: &UblkDev| {
         let ch = channels
             .lock()
@@ -405,11 +446,116 @@ pub fn serve(
         };
         on_live(info);
     });
+    stop.store(true, Relaxed);
     let _ = ctrl.del_dev();
     res.map(|_| ()).map_err(|source| UblkFrontError::Ublk {
         what: "running the ublk device",
         source,
     })
+}
+
+/// How often the capacity watch looks at the queues' unit attention counts and for a request.
+const CAPACITY_POLL: Duration = Duration::from_millis(500);
+
+/// The daemon's capacity checks: off the I/O path, on a thread of their own, each on a channel of
+/// its own ([`Relogin::read_capacity`]).
+struct CapacityWatch {
+    dev_id: u32,
+    relogin: Relogin,
+    shared: Arc<SessionLink>,
+    queues: Arc<Vec<QueueStatus>>,
+    capacity: Arc<CapacityStatus>,
+    block_shift: u32,
+}
+
+impl CapacityWatch {
+    fn unit_attentions(&self) -> u64 {
+        self.queues
+            .iter()
+            .map(|q| q.capacity_changed.load(Relaxed))
+            .sum()
+    }
+
+    fn run(&self, stop: &AtomicBool) {
+        let mut seen = self.unit_attentions();
+        while !stop.load(Relaxed) {
+            std::thread::sleep(CAPACITY_POLL);
+            let n = self.unit_attentions();
+            let asked = self.capacity.check.swap(false, Relaxed);
+            if n == seen && !asked {
+                continue;
+            }
+            seen = n;
+            let why = if asked {
+                "asked for"
+            } else {
+                "the target reported CAPACITY DATA HAS CHANGED"
+            };
+            let counter = match self.check(why) {
+                Ok(()) => &self.capacity.checks,
+                Err(()) => &self.capacity.failures,
+            };
+            counter.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Re-reads the LUN's capacity and resizes the device to it where the kernel's ublk can
+    /// (UPDATE_SIZE, Linux 6.16); elsewhere says so and records the size as pending. Err: the
+    /// capacity could not be read or applied (logged).
+    fn check(&self, why: &str) -> Result<(), ()> {
+        let dev = format!("/dev/ublkb{}", self.dev_id);
+        let cap = match self.relogin.read_capacity(RELOGIN_STEP) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("{dev}: capacity check ({why}) failed: {e}");
+                return Err(());
+            }
+        };
+        let old = self.capacity.bytes.load(Relaxed);
+        let new = cap.bytes().unwrap_or(0);
+        if cap.block_len != 1 << self.block_shift {
+            tracing::error!(
+                "{dev}: the LUN's logical block size is now {} bytes (was {}): a device cannot \
+                 change it; `srp-ublk del` and `add` it again",
+                cap.block_len,
+                1u32 << self.block_shift
+            );
+            return Err(());
+        }
+        if new == old {
+            tracing::info!("{dev}: capacity check ({why}): unchanged, {new} bytes");
+            self.capacity.pending.store(0, Relaxed);
+            return Ok(());
+        }
+        let can =
+            UblkCtrl::get_features().is_some_and(|f| f & u64::from(sys::UBLK_F_UPDATE_SIZE) != 0);
+        if !can {
+            tracing::warn!(
+                "{dev}: the LUN's capacity changed from {old} to {new} bytes ({why}), but this \
+                 kernel's ublk cannot resize a live device (UPDATE_SIZE, Linux 6.16): the device \
+                 stays at {old} bytes; `srp-ublk del` and `add` it again for the new size"
+            );
+            self.capacity.pending.store(new, Relaxed);
+            return Ok(());
+        }
+        let blocks = cap.blocks();
+        // growing, the queues take the new blocks before the kernel can send them; shrinking,
+        // only once the kernel has stopped sending the old ones
+        let before = self.shared.blocks.load(Relaxed);
+        self.shared.blocks.store(blocks.max(before), Relaxed);
+        let r = UblkCtrl::new_simple(self.dev_id as i32).and_then(|c| c.update_size(new));
+        if let Err(e) = r {
+            self.shared.blocks.store(before, Relaxed);
+            tracing::warn!("{dev}: resizing from {old} to {new} bytes ({why}) failed: {e}");
+            self.capacity.pending.store(new, Relaxed);
+            return Err(());
+        }
+        self.shared.blocks.store(blocks, Relaxed);
+        self.capacity.bytes.store(new, Relaxed);
+        self.capacity.pending.store(0, Relaxed);
+        tracing::warn!("{dev}: resized from {old} to {new} bytes ({why})");
+        Ok(())
+    }
 }
 
 /// `adaptive` spins only with a core to spare (see [`PollMode::Adaptive`]).
@@ -766,6 +912,10 @@ fn run_queue(
                             res.ch.set_clock(clock_ms());
                             clock_set = true;
                         }
+                        let geo = Geometry {
+                            blocks: shared.blocks.load(Relaxed),
+                            ..geo
+                        };
                         start_io(&q, &mut res, geo, UblkIOCtx::user_data_to_tag(data) as u16);
                     }
                 },

@@ -211,6 +211,31 @@ impl Relogin {
     }
 }
 
+impl Relogin {
+    /// Asks the LUN its capacity now (READ CAPACITY(16)) on a channel of its own, logged in for
+    /// this (MULTI: the session's channels carry on) and logged out after: how a daemon re-reads
+    /// the capacity without touching a queue's channel.
+    pub fn read_capacity(&self, step: Duration) -> Result<Capacity, SessionError> {
+        let fresh = self.connect(step)?;
+        let p = &self.params;
+        let cfg = channel_config(&fresh.ep, 1, self.lun, p.req_it_iu_len);
+        let mut ch = Channel::new(fresh.ep, cfg);
+        let cap = data_in(
+            &mut ch,
+            "READ CAPACITY(16)",
+            self.lun,
+            Cdb::read_capacity16(32),
+            32,
+        )?;
+        ch.send_i_logout();
+        Capacity::parse(&cap).map_err(|e| SessionError::Command {
+            what: "READ CAPACITY(16)",
+            lun: self.lun,
+            detail: e.to_string(),
+        })
+    }
+}
+
 fn connect_params(
     target: &TargetSpec,
     multi: MultiChannelAction,

@@ -35,6 +35,9 @@ pub struct QueueState {
     /// REPORTED LUNS DATA HAS CHANGED unit attentions seen.
     #[serde(default)]
     pub luns_changed: u64,
+    /// CAPACITY DATA HAS CHANGED unit attentions seen.
+    #[serde(default)]
+    pub capacity_changed: u64,
 }
 
 /// A served device.
@@ -85,6 +88,16 @@ pub struct DeviceState {
     /// The ublk buffer size per tag (largest I/O), with `geometry`.
     #[serde(default)]
     pub max_io: u32,
+    /// A capacity the LUN reported that the device could not take (bytes; 0: none): this kernel's
+    /// ublk cannot resize a live device.
+    #[serde(default)]
+    pub size_pending: u64,
+    /// Capacity checks the daemon has done (`srp-ublk resize` waits for this to move).
+    #[serde(default)]
+    pub capacity_checks: u64,
+    /// Capacity checks that failed (the daemon's log says why).
+    #[serde(default)]
+    pub capacity_check_failures: u64,
 }
 
 /// The systemd service a process runs in, from its `/proc/PID/cgroup` text: the last path component

@@ -18,6 +18,8 @@
 #   LAB_BOOT      init (default: busybox /init, no init system) or systemd (a Debian root made by
 #                 mmdebstrap boots systemd and udev; srp-ublk's units and rules installed)
 #   KPKG          kernel package to use instead of the newest 6.12 from bookworm-backports
+#   LAB_KERNEL    6.12 (default) or new: the newest 6.18 (LTS) from trixie-backports, whose ublk can
+#                 resize a live device (UPDATE_SIZE); `test` also boots it for $NEW_KERNEL_TESTS
 #   LAB_ONLY      with 'test': run only the suite tests whose name contains this
 #   SRP_UBLK_BIN  srp-ublk binary to put in the guest (default target/release/srp-ublk)
 #
@@ -38,6 +40,11 @@ LAB_SETUP=${LAB_SETUP:-full}
 LAB_BOOT=${LAB_BOOT:-init}
 SRP_UBLK_BIN=${SRP_UBLK_BIN:-$ROOT_DIR/target/release/srp-ublk}
 KSERIES=6.12
+LAB_KERNEL=${LAB_KERNEL:-6.12}
+NEW_KSERIES=6.18
+NEW_KERNEL_INDEX=http://deb.debian.org/debian/dists/trixie-backports/main/binary-amd64/Packages.xz
+# suite tests with more to show on the new kernel (test 36: a live resize); `test` runs them there too
+NEW_KERNEL_TESTS=36-capacity-change
 
 # Host packages: qemu-system-x86 must match the image's qemu-utils, which comes from bookworm-backports.
 HOST_PKGS="qemu-system-x86 qemu-utils busybox-static ibverbs-utils ibverbs-providers rdmacm-utils fio
@@ -88,8 +95,24 @@ host_packages() {
         >"$LAB/host-install.log" 2>&1 || die "apt-get install failed: see $LAB/host-install.log"
 }
 
+pick_new_kernel() {   # LAB_KERNEL=new: KPKG and NEW_KURL, the newest $NEW_KSERIES in trixie-backports
+    local cached
+    cached=$( (ls "$LAB/debs" 2>/dev/null || true) | sed -n "s/^\(linux-image-$NEW_KSERIES[^_]*+deb13-amd64\)_.*\.deb$/\1/p" | sort -V | tail -1)
+    if [ -n "$cached" ] && [ -z "${LAB_REFRESH:-}" ]; then KPKG=$cached; return; fi
+    log "looking up the newest linux-image-$NEW_KSERIES in trixie-backports"
+    local line
+    # the newest whole image package (from 6.19 on Debian splits it into binary and modules packages)
+    line=$(curl -fsSL -m 120 "$NEW_KERNEL_INDEX" | xz -d | awk -v s="$NEW_KSERIES" '
+        /^Package: /{p=$2; f=""} /^Filename: /{f=$2}
+        /^$/{ if (p ~ "^linux-image-" s "\\.[0-9]+\\+deb13-amd64$" && f != "") print p, f; p="" }' |
+        sort -V | tail -1) || die "could not read $NEW_KERNEL_INDEX (network to deb.debian.org?)"
+    [ -n "$line" ] || die "no linux-image-$NEW_KSERIES.*+deb13-amd64 in trixie-backports"
+    KPKG=${line%% *}; NEW_KURL=http://deb.debian.org/debian/${line#* }
+}
+
 pick_kernel() {
     if [ -n "${KPKG:-}" ]; then return; fi
+    if [ "$LAB_KERNEL" = new ]; then pick_new_kernel; return; fi
     local cached
     cached=$( (ls "$LAB/debs" 2>/dev/null || true) | sed -n "s/^\(linux-image-$KSERIES[^_]*-amd64\)_.*\.deb$/\1/p" | sort -V | tail -1)
     if [ -n "$cached" ] && [ -z "${LAB_REFRESH:-}" ]; then KPKG=$cached; return; fi
@@ -102,6 +125,12 @@ pick_kernel() {
 kernel() {
     pick_kernel
     mkdir -p "$LAB/debs" "$LAB/kernels"
+    if ! ls "$LAB/debs/${KPKG}"_*.deb >/dev/null 2>&1 && [ -n "${NEW_KURL:-}" ]; then
+        log "downloading $KPKG (${NEW_KURL##*/})"
+        curl -fsSL -m 900 -o "$LAB/debs/${NEW_KURL##*/}.tmp" "$NEW_KURL" >"$LAB/download.log" 2>&1 ||
+            die "could not download $NEW_KURL: see $LAB/download.log"
+        mv "$LAB/debs/${NEW_KURL##*/}.tmp" "$LAB/debs/${NEW_KURL##*/}"
+    fi
     if ! ls "$LAB/debs/${KPKG}"_*.deb >/dev/null 2>&1; then
         apt_private
         log "downloading $KPKG (apt-get download, not installed)"
@@ -113,8 +142,10 @@ kernel() {
         log "unpacking $KPKG"
         rm -rf "$KDIR.tmp"; mkdir -p "$KDIR.tmp"
         dpkg-deb -x "$LAB/debs/${KPKG}"_*.deb "$KDIR.tmp"
+        # trixie's packages are merged-/usr: modules under usr/lib/modules
+        [ -d "$KDIR.tmp/lib/modules" ] || ln -s usr/lib "$KDIR.tmp/lib"
         depmod -b "$KDIR.tmp" "$(ls "$KDIR.tmp/lib/modules")"
-        mv "$KDIR.tmp" "$KDIR"
+        rm -rf "$KDIR"; mv "$KDIR.tmp" "$KDIR"
     fi
     KV=$(ls "$KDIR/lib/modules")
 }
@@ -159,7 +190,7 @@ GUEST_TOOLS="/usr/bin/kmod /usr/bin/ip /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_d
     /usr/bin/ib_send_lat /usr/bin/ib_read_lat /usr/bin/ib_write_lat /usr/bin/perf /usr/bin/strace
     /usr/bin/eu-stack"
 GUEST_MODULES="configfs 9p 9pnet_virtio virtio_pci ublk_drv rdma_rxe ib_uverbs rdma_ucm ib_umad ib_srpt ib_srp
-    target_core_mod target_core_file target_core_iblock sd_mod sg veth dummy nbd ext4 dm_multipath
+    target_core_mod target_core_file target_core_iblock sd_mod sg veth dummy nbd ext4 dm_multipath loop
     dm_service_time dm_round_robin dm_queue_length
     crc32_generic crc32_pclmul crc32c_generic crc32c_intel"
 
@@ -290,6 +321,7 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
         systemd) sysroot; root=$SYSROOT; OUT=$LAB/out/systemd; init=/sbin/init;;
         *) die "LAB_BOOT=$LAB_BOOT: want init or systemd";;
     esac
+    [ "$LAB_KERNEL" = new ] && OUT=$OUT/kernel-new
     rm -rf "$RUN"; mkdir -p "$RUN/share"
     rm -rf "$OUT"; mkdir -p "$OUT"
     overlay "$RUN/overlay.cpio.gz"
@@ -360,6 +392,16 @@ lab_test() {   # the suite in each kind of guest that has a selected test; fails
     fi
     if suite_wanted "$HERE/suite/systemd"; then
         ran=1; LAB_BOOT=systemd run_guest "$HERE/suite/run.sh" || rc=1
+    fi
+    # the tests with more to show on the new kernel, once more there (a subshell: a kernel of its own)
+    local only="" t p
+    for t in ${NEW_KERNEL_TESTS//,/ }; do
+        if [ -z "${LAB_ONLY:-}" ]; then only=$only,$t; continue; fi
+        for p in ${LAB_ONLY//,/ }; do case $t in *"$p"*) only=$only,$t;; esac; done
+    done
+    if [ -n "$only" ]; then
+        ran=1; (KPKG=; NEW_KURL=; LAB_KERNEL=new; LAB_ONLY=${only#,}; LAB_BOOT=init
+                run_guest "$HERE/suite/run.sh") || rc=1
     fi
     [ $ran = 1 ] || die "LAB_ONLY=${LAB_ONLY:-} selects no test in tests/lab/suite or tests/lab/suite/systemd"
     return $rc

@@ -190,6 +190,15 @@ fn unit_attention_is_retried_medium_error_fails() {
     io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
     assert_eq!(drain(&mut ch)[0].outcome.errno, 0);
     assert_eq!(ch.stats().luns_changed, 1);
+    // CAPACITY DATA HAS CHANGED: absorbed, and counted for the daemon's capacity check
+    ch.transport()
+        .faults
+        .check_condition
+        .push_back((6, 0x2a, 0x09));
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    assert_eq!(drain(&mut ch)[0].outcome.errno, 0);
+    assert_eq!(ch.stats().capacity_changed, 1);
+    assert_eq!(ch.stats().luns_changed, 1);
     ch.transport()
         .faults
         .check_condition
