@@ -2,8 +2,8 @@
 //! SRP_RSP handling, CRED_REQ / AER_REQ answers. Owned by one thread; nothing in it is shared.
 //!
 //! The engine is generic over a small [`Transport`] (post a send, post a receive, poll completions) so
-//! the RDMA endpoint drives it in production and an in-process fake target ([`fake`]) drives it in
-//! tests. It never sees libublk or NBD: front ends hand it [`ScsiCmd`]s built by [`block`] and get
+//! the RDMA endpoint drives it in production and an in-process fake target (`fake`, built for
+//! tests) drives it in tests. It never sees libublk or NBD: front ends hand it [`ScsiCmd`]s built by [`block`] and get
 //! [`Done`]s back.
 
 pub mod block;

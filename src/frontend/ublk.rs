@@ -61,7 +61,7 @@ impl QueueStatus {
     }
 }
 
-/// The device's size, kept by its capacity checks (see [`check_capacity`]): a check runs when a
+/// The device's size, kept by its capacity checks (the `capacity` thread): a check runs when a
 /// queue meets CAPACITY DATA HAS CHANGED and when asked (`check`: SIGHUP, `srp-ublk resize`).
 #[derive(Debug, Default)]
 pub struct CapacityStatus {

@@ -215,7 +215,7 @@ impl Endpoint {
 
     /// An endpoint that never logged in: closed, holding nothing. A channel put on one starts
     /// down and gets its first real endpoint from a reconnect -- the daemon that takes a device
-    /// over after its RDMA device went away ([`crate::session::Session::handover`]) begins so.
+    /// over after its RDMA device went away ([`crate::session::detached_channels`]) begins so.
     pub fn detached(device: &str) -> Endpoint {
         let mut ep = Endpoint::empty(SocketAddr::from(([0, 0, 0, 0], 0)));
         ep.closed = true;
@@ -717,7 +717,7 @@ impl Endpoint {
     /// tried in session 4, left librdmacm's list empty with devices present after a second removal,
     /// and its next initialisation deadlocked on its own lock. So the removal completes only when
     /// this process image ends: the ublk daemon then hands its device over to a fresh image of
-    /// itself (`frontend::ublk`, [`crate::session::Session::handover`]).
+    /// itself (`frontend::ublk`, [`crate::session::detached_channels`]).
     pub fn release_if_removed(&mut self) -> bool {
         if self.closed || !self.device_removed() {
             return false;

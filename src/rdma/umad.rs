@@ -193,7 +193,7 @@ fn parse_num(s: &str) -> Option<u16> {
     }
 }
 
-/// Finds the umad device of `want` (DEVICE[:PORT]), or of the first InfiniBand port that is up.
+/// Finds the umad device of `want` (`DEVICE[:PORT]`), or of the first InfiniBand port that is up.
 /// RoCE and iWARP ports are refused: they have no subnet manager to ask.
 pub fn find_port(want: Option<&str>) -> Result<(PathBuf, LocalPort), UmadError> {
     let (want_dev, want_port) = match want.map(|w| w.split_once(':').unwrap_or((w, ""))) {
