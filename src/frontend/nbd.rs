@@ -13,7 +13,7 @@ use crate::channel::block::{to_scsi, BlockOp, Geometry};
 use crate::channel::{clock_ms, Channel, DataBuf, Transport};
 use crate::rdma::Endpoint;
 use crate::session::rport::Rport;
-use crate::session::timers::{show_tmo, Timers};
+use crate::session::timers::Timers;
 use crate::session::{Relogin, RELOGIN_STEP};
 use crate::wire::nbd::{
     self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
@@ -633,8 +633,8 @@ fn on_down(
         Err(e) => {
             rport.retry_later(Instant::now());
             tracing::warn!(
-                "NBD connection: reconnect failed ({e}); next attempt in {} s",
-                show_tmo(t.reconnect_delay)
+                "NBD connection: reconnect failed ({e}); {}",
+                t.next_attempt()
             );
         }
     }

@@ -13,7 +13,7 @@ use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport};
 use crate::rdma::Endpoint;
 pub use crate::session::rport::LinkState;
 use crate::session::rport::Rport;
-use crate::session::timers::{show_tmo, Timers};
+use crate::session::timers::Timers;
 use crate::session::{Fresh, LunInfo, Relogin, Session, RELOGIN_STEP};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
@@ -1075,10 +1075,7 @@ fn reconnect(qid: u16, res: &mut QueueRes, link: &mut Link, status: &QueueStatus
         }
         Err(e) => {
             link.rport.retry_later(Instant::now());
-            tracing::warn!(
-                "queue {qid}: reconnect failed ({e}); next attempt in {} s",
-                show_tmo(t.reconnect_delay)
-            );
+            tracing::warn!("queue {qid}: reconnect failed ({e}); {}", t.next_attempt());
         }
     }
 }

@@ -133,13 +133,29 @@ fn secs(s: u32) -> Duration {
 impl Timers {
     /// What a channel that just went down will do, for its log line.
     pub fn down_plan(&self) -> String {
+        let reconnect = match self.reconnect_delay {
+            Some(s) => format!("reconnect every {s} s"),
+            None => "no reconnect (reconnect_delay off)".to_string(),
+        };
         format!(
-            "reconnect every {} s, fast_io_fail {} s, dev_loss {} s",
-            show_tmo(self.reconnect_delay),
-            show_tmo(self.fast_io_fail_tmo),
-            show_tmo(self.dev_loss_tmo)
+            "{reconnect}, fast_io_fail {}, dev_loss {}",
+            in_secs(self.fast_io_fail_tmo),
+            in_secs(self.dev_loss_tmo)
         )
     }
+
+    /// When a failed reconnect is tried again, for the log line that reports the failure.
+    pub fn next_attempt(&self) -> String {
+        match self.reconnect_delay {
+            Some(s) => format!("next attempt in {s} s"),
+            None => "no further attempt (reconnect_delay off)".to_string(),
+        }
+    }
+}
+
+/// A timer for a log line: "15 s" or "off".
+fn in_secs(t: Tmo) -> String {
+    t.map_or_else(|| "off".to_string(), |s| format!("{s} s"))
 }
 
 /// Shows a timer as ib_srp's sysfs does ("off" or seconds).
@@ -157,6 +173,25 @@ mod tests {
             fast_io_fail_tmo: ff,
             dev_loss_tmo: dl,
         }
+    }
+
+    #[test]
+    fn log_lines_name_off_timers() {
+        let on = t(Some(2), Some(5), None);
+        assert_eq!(
+            on.down_plan(),
+            "reconnect every 2 s, fast_io_fail 5 s, dev_loss off"
+        );
+        assert_eq!(on.next_attempt(), "next attempt in 2 s");
+        let off = t(None, Some(5), Some(60));
+        assert_eq!(
+            off.down_plan(),
+            "no reconnect (reconnect_delay off), fast_io_fail 5 s, dev_loss 60 s"
+        );
+        assert_eq!(
+            off.next_attempt(),
+            "no further attempt (reconnect_delay off)"
+        );
     }
 
     #[test]
