@@ -530,6 +530,7 @@ fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, D
         lun: session.lun.lun,
         size: session.lun.size(),
         block_size: session.lun.capacity.block_len,
+        read_only: session.lun.read_only,
         depth: session.depth,
         vendor: session.lun.inquiry.vendor.clone(),
         product: session.lun.inquiry.product.clone(),

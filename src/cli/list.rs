@@ -57,11 +57,12 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
     }
     for d in devs {
         println!(
-            "{}  {} {}  {} MiB  lun {}  {} queue(s) x depth {}  poll {}  {}  pid {}",
+            "{}  {} {}  {} MiB{}  lun {}  {} queue(s) x depth {}  poll {}  {}  pid {}",
             d.bdev,
             d.vendor,
             d.product,
             d.size >> 20,
+            if d.read_only { " read-only" } else { "" },
             d.lun,
             d.queues.len(),
             d.depth,

@@ -57,6 +57,9 @@ pub struct DeviceState {
     pub size: u64,
     /// Logical block size.
     pub block_size: u32,
+    /// The LUN is write-protected (MODE SENSE WP): the device is read-only.
+    #[serde(default)]
+    pub read_only: bool,
     /// Queue depth.
     pub depth: u16,
     /// Completion mode.

@@ -312,12 +312,16 @@ fn classify_sense(s: &Sense) -> Disposition {
         SenseKey::NoSense => d(Action::Retry, EIO),
         SenseKey::RecoveredError | SenseKey::Completed => d(Action::Complete, 0),
         SenseKey::NotReady => match (s.asc, s.ascq) {
-            // becoming ready, in progress, ALUA transition, ... : wait
-            (0x04, 0x01 | 0x04..=0x0a | 0x0c | 0x14) => d(Action::RetryAfterDelay, EIO),
+            // becoming ready, an operation in progress, ALUA transition or unavailable port: wait
+            // (the kernel's scsi_io_completion_action list, plus 04/0c as scsi_dh_alua retries it)
+            (0x04, 0x01 | 0x04..=0x0a | 0x0c | 0x11 | 0x14 | 0x1a | 0x1b | 0x1d | 0x24 | 0x25) => {
+                d(Action::RetryAfterDelay, EIO)
+            }
             (0x3a, _) => d(Action::Fail, ENOMEDIUM),
-            // manual intervention required, format corrupt, ...
-            (0x04, 0x03) | (0x31, _) => d(Action::Fail, EIO),
-            _ => d(Action::RetryAfterDelay, EIO),
+            // anything else fails at once, as sd does: manual intervention required, format
+            // corrupt, LOGICAL UNIT COMMUNICATION FAILURE (08/00: what LIO answers when its
+            // backing device fails an I/O) -- retrying those for CMD_TIMEOUT would only delay the EIO
+            _ => d(Action::Fail, EIO),
         },
         SenseKey::MediumError => d(Action::Fail, EIO),
         SenseKey::HardwareError => d(Action::Fail, EIO),
@@ -423,6 +427,12 @@ mod tests {
         assert_eq!(cc(&ua(0x3f, 0x0e)), Action::RefreshThenRetry(Refresh::Luns));
         let nr = Sense::parse(&fixed(2, 0x04, 0x01)).unwrap();
         assert_eq!(cc(&nr), Action::RetryAfterDelay);
+        // LIO's answer to a backing device error: EIO at once, as sd gives it
+        let comm = Sense::parse(&fixed(2, 0x08, 0x00)).unwrap();
+        assert_eq!(
+            classify(ScsiStatus::CheckCondition, Some(&comm)),
+            d(Action::Fail, errno::EIO)
+        );
         let wp = Sense::parse(&fixed(7, 0x27, 0x00)).unwrap();
         assert_eq!(
             classify(ScsiStatus::CheckCondition, Some(&wp)),

@@ -7,20 +7,12 @@
 . /usr/lib/srp-lab/suite/lib.sh
 ublk_cleanup
 modprobe loop 2>/dev/null
-img=/tmp/grow.img; bs=/sys/kernel/config/target/core/iblock_1/grow
+img=/tmp/grow.img
 rm -f $img; truncate -s 16M $img
 loopdev=$(losetup -f) && losetup "$loopdev" $img || fail "losetup $loopdev $img"
-unmap() {
-    rm -f "$SRP_TPG/acls/10.77.0.1/lun_4/lun_4" "$SRP_TPG/lun/lun_4/grow" 2>/dev/null
-    rmdir "$SRP_TPG/acls/10.77.0.1/lun_4" "$SRP_TPG/lun/lun_4" $bs /sys/kernel/config/target/core/iblock_1 2>/dev/null
-    losetup -d "$loopdev" 2>/dev/null; rm -f $img
-}
+unmap() { lab_unexport_lun 4; losetup -d "$loopdev" 2>/dev/null; rm -f $img; }
 trap 'show_logs; ublk_cleanup; unmap' EXIT
-mkdir -p $bs && echo "udev_path=$loopdev" > $bs/control && echo 1 > $bs/enable &&
-    echo "5e7a1b04-0000-4000-8000-000000000000" > $bs/wwn/vpd_unit_serial &&
-    mkdir -p "$SRP_TPG/lun/lun_4" && ln -s $bs "$SRP_TPG/lun/lun_4/grow" &&
-    mkdir -p "$SRP_TPG/acls/10.77.0.1/lun_4" && ln -s "$SRP_TPG/lun/lun_4" "$SRP_TPG/acls/10.77.0.1/lun_4/lun_4" ||
-    fail "exporting $loopdev as LUN 4"
+lab_export_lun 4 "$loopdev" || fail "exporting $loopdev as LUN 4"
 dev=$(ublk_add --queues 2 --lun 4) || fail "srp-ublk add: $dev"
 id=${dev#/dev/ublkb}
 expect_eq "size before" "$(blockdev --getsize64 "$dev")" $((16 << 20))

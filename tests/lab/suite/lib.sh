@@ -117,3 +117,27 @@ verify_stop() {
     _w=$(grep -o 'WRITE: bw=[^,]*, [^,]*, io=[^ ,]*' /tmp/fio-verify.txt | sed 's/.*io=//')
     ok "fio verify: 0 errors, $_w written and verified"
 }
+# lab_export_lun N DEV: LIO exports block device DEV (iblock) as LUN N of the lab target to the lab
+# initiator (unit serial 5e7a1b0N-...); lab_unexport_lun N undoes it
+lab_export_lun() {
+    _bs=/sys/kernel/config/target/core/iblock_$1/lun$1
+    mkdir -p $_bs && echo "udev_path=$2" > $_bs/control && echo 1 > $_bs/enable &&
+        echo "5e7a1b0$1-0000-4000-8000-000000000000" > $_bs/wwn/vpd_unit_serial &&
+        mkdir -p "$SRP_TPG/lun/lun_$1" && ln -s $_bs "$SRP_TPG/lun/lun_$1/lun$1" &&
+        mkdir -p "$SRP_TPG/acls/10.77.0.1/lun_$1" &&
+        ln -s "$SRP_TPG/lun/lun_$1" "$SRP_TPG/acls/10.77.0.1/lun_$1/lun_$1"
+}
+lab_unexport_lun() {
+    rm -f "$SRP_TPG/acls/10.77.0.1/lun_$1/lun_$1" "$SRP_TPG/lun/lun_$1/lun$1" 2>/dev/null
+    rmdir "$SRP_TPG/acls/10.77.0.1/lun_$1" "$SRP_TPG/lun/lun_$1" \
+        /sys/kernel/config/target/core/iblock_$1/lun$1 /sys/kernel/config/target/core/iblock_$1 2>/dev/null
+    true
+}
+# lab_dm_create NAME TABLE...: a device-mapper device with its /dev/mapper/NAME node (the busybox
+# guest runs no udev, which dmsetup would otherwise leave the node to); the table is read from stdin
+# when none is given
+lab_dm_create() {
+    _n=$1; shift
+    if [ $# -gt 0 ]; then dmsetup create "$_n" --table "$*"; else dmsetup create "$_n"; fi &&
+        dmsetup mknodes "$_n" && [ -b "/dev/mapper/$_n" ]
+}
