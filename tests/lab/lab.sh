@@ -188,7 +188,7 @@ GUEST_TOOLS="/usr/bin/kmod /usr/bin/ip /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_d
     /usr/bin/ibv_rc_pingpong /usr/bin/rping /usr/bin/fio /usr/sbin/mke2fs /usr/sbin/e2fsck /usr/bin/qemu-io
     /usr/bin/nbdinfo /usr/bin/nbdcopy /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw
     /usr/bin/ib_send_lat /usr/bin/ib_read_lat /usr/bin/ib_write_lat /usr/bin/perf /usr/bin/strace
-    /usr/bin/eu-stack /usr/sbin/dmsetup"
+    /usr/bin/eu-stack /usr/sbin/dmsetup /usr/bin/ss"
 GUEST_MODULES="configfs 9p 9pnet_virtio virtio_pci ublk_drv rdma_rxe ib_uverbs rdma_ucm ib_umad ib_srpt ib_srp
     target_core_mod target_core_file target_core_iblock sd_mod sg veth dummy nbd ext4 dm_multipath loop
     dm_service_time dm_round_robin dm_queue_length

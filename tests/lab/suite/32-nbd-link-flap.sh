@@ -31,7 +31,7 @@ while [ $c -le 3 ]; do
 done
 killall -INT fio
 i=0; while [ ! -f /tmp/fio-nbd.done ] && [ $i -lt 2400 ]; do sleep 0.1; i=$((i + 1)); done
-[ -f /tmp/fio-nbd.done ] || fail "fio did not stop within 240 s of SIGINT"
+[ -f /tmp/fio-nbd.done ] || { nbd_stuck_dump /tmp/fio-nbdflap.txt; fail "fio did not stop within 240 s of SIGINT"; }
 cat /tmp/fio-nbdflap.txt; cp /tmp/fio-nbdflap.txt "$LAB_OUT/fio-nbd-flap.txt"
 grep -qi 'verify.*fail\|bad magic\|crc32c: verify failed\|bad header' /tmp/fio-nbdflap.txt && fail "verify failures"
 grep -q 'err= 0' /tmp/fio-nbdflap.txt || fail "fio reported I/O errors"

@@ -102,6 +102,19 @@ stuck_dump() {
     kill -USR1 $(pidof fio) 2>/dev/null; sleep 1
     thread_dump; srp-ublk list; show_logs; dmesg | tail -n 30
 }
+# nbd_stuck_dump FIO_OUTPUT: where an NBD client (fio's nbd engine) that does not finish and the
+# server are waiting: both ends' unix socket queues (bytes one side wrote and the other has not read),
+# fio's stacks and its own status, srp-ublk's threads and logs
+nbd_stuck_dump() {
+    echo "--- stuck: unix sockets (Recv-Q Send-Q, with their processes)"
+    ss -xpn 2>&1 | grep -E 'fio|srp-ublk|Recv-Q'
+    for p in $(pidof fio); do
+        for t in /proc/$p/task/*; do echo "== fio $t $(cat "$t/wchan")"; head -8 "$t/stack"; done
+        echo "--- fio $p user stacks"; eu-stack -p "$p" 2>&1 | head -80
+    done
+    kill -USR1 $(pidof fio) 2>/dev/null; sleep 1; echo "--- fio status"; tail -n 40 "$1"
+    thread_dump; show_logs; dmesg | tail -n 20
+}
 # verify_stop: stop the background fio; fails the test on any fio or verify error
 verify_stop() {
     [ -f /tmp/fio-verify.done ] && { cat /tmp/fio-verify.txt; fail "fio stopped early (exit $(cat /tmp/fio-verify.done))"; }
