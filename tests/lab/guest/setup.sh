@@ -41,13 +41,26 @@ lab_setup_target() {
         mkdir -p $CFG/core/rd_mcp_0/ramdisk$1 || return 1
         echo "rd_pages=$(($2 * 256))" > $CFG/core/rd_mcp_0/ramdisk$1/control   # 4 KiB pages
         echo 1 > $CFG/core/rd_mcp_0/ramdisk$1/enable || return 1
-        # a unit serial (as targetcli sets one): LIO then reports VPD 0x80 and an NAA designator
-        # in 0x83, the LUN's WWN (set before the LUN is exported)
-        echo "5e7a1b0$1-0000-4000-8000-000000000000" > $CFG/core/rd_mcp_0/ramdisk$1/wwn/vpd_unit_serial || return 1
+        lab_unit_serial $CFG/core/rd_mcp_0/ramdisk$1 $1 || return 1
     done
     mkdir -p $CFG/srpt
     echo $LAB_PORT > $CFG/srpt/discovery_auth/rdma_cm_port || return 1
     lab_target_port
+}
+
+# lab_unit_serial BACKSTORE N: a unit serial for LUN N (as targetcli sets one: LIO then reports VPD
+# 0x80 and an NAA designator in 0x83, the LUN's WWN; set before the LUN is exported)
+lab_unit_serial() { echo "5e7a1b0$2-0000-4000-8000-000000000000" > "$1/wwn/vpd_unit_serial"; }
+
+# lab_map_lun TPG ACL N BACKSTORE: LUN N of target port TPG is BACKSTORE, mapped in node ACL ACL;
+# lab_unmap_lun TPG ACL N NAME undoes it (NAME: the backstore's name), innermost first
+lab_map_lun() {
+    mkdir -p "$1/lun/lun_$3" && ln -s "$4" "$1/lun/lun_$3/$(basename "$4")" &&
+        mkdir -p "$1/acls/$2/lun_$3" && ln -s "$1/lun/lun_$3" "$1/acls/$2/lun_$3/lun_$3"
+}
+lab_unmap_lun() {
+    rm -f "$1/acls/$2/lun_$3/lun_$3" "$1/lun/lun_$3/$4"
+    rmdir "$1/acls/$2/lun_$3" "$1/lun/lun_$3"
 }
 
 # lab_target_port: LIO's target port on rxe0 (named by its port GUID, the interface ID of GID 0,
@@ -55,13 +68,9 @@ lab_setup_target() {
 lab_target_port() {
     GUIDNAME=$(cut -d: -f5-8 /sys/class/infiniband/rxe0/ports/1/gids/0)
     TPG=$CFG/srpt/$GUIDNAME/tpgt_1
-    for l in 0 1 2; do
-        mkdir -p $TPG/lun/lun_$l || return 1
-        ln -s $CFG/core/rd_mcp_0/ramdisk$l $TPG/lun/lun_$l/ramdisk$l || return 1
-    done
     # node ACL named by the target-side IP of RDMA/CM logins (REPORT.md gotcha 9)
     for l in 0 1 2; do
-        mkdir -p $TPG/acls/$LAB_IP/lun_$l && ln -s $TPG/lun/lun_$l $TPG/acls/$LAB_IP/lun_$l/lun_$l || return 1
+        lab_map_lun $TPG $LAB_IP $l $CFG/core/rd_mcp_0/ramdisk$l || return 1
     done
     echo 1 > $TPG/enable || return 1
     echo "target: $TPG lun_0/1/2 -> rd_mcp ramdisk0/1/2 ${SRP_LUN_MB}/32/16 MiB, RDMA/CM port $LAB_PORT, ACL $LAB_IP"
@@ -71,10 +80,22 @@ lab_target_port() {
 # its RDMA device was removed), innermost first
 lab_target_port_remove() {
     for l in 0 1 2; do
-        rm -f "$1/acls/$LAB_IP/lun_$l/lun_$l" "$1/lun/lun_$l/ramdisk$l"
-        rmdir "$1/acls/$LAB_IP/lun_$l" "$1/lun/lun_$l"
+        lab_unmap_lun "$1" $LAB_IP $l ramdisk$l
     done
     rmdir "$1/acls/$LAB_IP" "$1" "$(dirname "$1")"
+}
+
+# lab_export_lun N DEV: LIO exports block device DEV (iblock) as LUN N of the lab target to the lab
+# initiator, with its own unit serial; lab_unexport_lun N undoes it (whatever of it exists)
+lab_export_lun() {
+    _bs=$CFG/core/iblock_$1/lun$1
+    mkdir -p $_bs && echo "udev_path=$2" > $_bs/control && echo 1 > $_bs/enable &&
+        lab_unit_serial $_bs $1 && lab_map_lun "$SRP_TPG" $LAB_IP $1 $_bs
+}
+lab_unexport_lun() {
+    lab_unmap_lun "$SRP_TPG" $LAB_IP $1 lun$1 2>/dev/null
+    rmdir $CFG/core/iblock_$1/lun$1 $CFG/core/iblock_$1 2>/dev/null
+    true
 }
 
 # lab_path_b: a second fabric path to the same LUNs (the multipath tests): a veth pair vethA
@@ -96,8 +117,7 @@ lab_path_b() {
     rdma link add rxeA type rxe netdev vethA && rdma link add rxeB type rxe netdev vethB || return 1
     waitfor /sys/class/infiniband/rxeA/ports/1/gids/0 10 && waitfor /sys/class/infiniband/rxeB/ports/1/gids/0 10 || return 1
     TPG_B=$CFG/srpt/$(cut -d: -f5-8 /sys/class/infiniband/rxeA/ports/1/gids/0)/tpgt_1
-    mkdir -p "$TPG_B/lun/lun_0" && ln -s $CFG/core/rd_mcp_0/ramdisk0 "$TPG_B/lun/lun_0/ramdisk0" || return 1
-    mkdir -p "$TPG_B/acls/10.77.1.1/lun_0" && ln -s "$TPG_B/lun/lun_0" "$TPG_B/acls/10.77.1.1/lun_0/lun_0" || return 1
+    lab_map_lun "$TPG_B" 10.77.1.1 0 $CFG/core/rd_mcp_0/ramdisk0 || return 1
     echo 1 > "$TPG_B/enable" || return 1
     SRP_TARGET_B="id_ext=$SRP_SERVICE_GUID,ioc_guid=$SRP_SERVICE_GUID,dest=10.77.1.1:5555,src=10.77.1.2,initiator_ext=0000000000000011"
     echo "path B: rxeB (vethB 10.77.1.2) -> rxeA (vethA 10.77.1.1): $TPG_B lun_0 -> ramdisk0, ACL 10.77.1.1"

@@ -4,6 +4,7 @@
 # rescan), a target file with `lun = all` gets a device for a LUN mapped on the target at run time:
 # LIO raises REPORTED LUNS DATA HAS CHANGED on the other LUNs, which the next I/O meets.
 . /usr/lib/srp-lab/suite/lib.sh
+. /usr/lib/srp-lab/setup.sh   # lab_map_lun
 ublk_cleanup
 export SRP_UBLK_CONF_DIR=/tmp/targets.d
 trap 'show_logs; ublk_cleanup' EXIT
@@ -48,9 +49,7 @@ i=0; while [ "$(srp-ublk list | grep -c '^/dev/ublkb')" -lt 3 ] && [ $i -lt 300 
 expect_eq "devices from lun = all" "$(srp-ublk list | grep -c '^/dev/ublkb')" 3
 rd=/sys/kernel/config/target/core/rd_mcp_0/ramdisk3
 mkdir -p $rd && echo rd_pages=2048 > $rd/control && echo 1 > $rd/enable &&
-    echo "5e7a1b03-0000-4000-8000-000000000000" > $rd/wwn/vpd_unit_serial &&
-    mkdir -p "$SRP_TPG/lun/lun_3" && ln -s $rd "$SRP_TPG/lun/lun_3/ramdisk3" &&
-    mkdir -p "$SRP_TPG/acls/10.77.0.1/lun_3" && ln -s "$SRP_TPG/lun/lun_3" "$SRP_TPG/acls/10.77.0.1/lun_3/lun_3" ||
+    lab_unit_serial $rd 3 && lab_map_lun "$SRP_TPG" $LAB_IP 3 $rd ||
     fail "mapping LUN 3 on the target"
 t=$(now)
 d0=$(srp-ublk list | grep 'lun 0 ' | cut -d' ' -f1)
@@ -64,8 +63,8 @@ expect_eq "size of the new LUN" "$(blockdev --getsize64 "$d3")" $((8 << 20))
 kill -0 $sup || fail "the supervisor exited: $(cat /tmp/supervise.log)"
 kill $sup; wait $sup
 srp-ublk down all >/dev/null || fail "down all"
-rm "$SRP_TPG/acls/10.77.0.1/lun_3/lun_3" "$SRP_TPG/lun/lun_3/ramdisk3"
-rmdir "$SRP_TPG/acls/10.77.0.1/lun_3" "$SRP_TPG/lun/lun_3" $rd
+lab_unmap_lun "$SRP_TPG" $LAB_IP 3 ramdisk3
+rmdir $rd
 echo "target = x" > "$SRP_UBLK_CONF_DIR/bad.conf"; echo "bogus = 1" >> "$SRP_UBLK_CONF_DIR/bad.conf"
 out=$(srp-ublk up bad 2>&1) && fail "up of a bad target file succeeded"
 expect_contains "up of a bad file" "$out" "bad.conf:2: unknown key 'bogus'"

@@ -37,7 +37,7 @@ fault_up() {   # rxe0 back (same MAC: same GID), the LIO port configured again
 }
 fault_cycles 3 removal "$dev" 60
 fault_finish "$r0"
-log=$(grep -o '"log": *"[^"]*"' "/run/srp-ublk/ublkb$id.json" | cut -d'"' -f4)
+log=$(daemon_log "$id")
 expect_eq "the daemon's pid after the handovers" \
     "$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/ublkb$id.json" | grep -o '[0-9]*$')" "$pid"
 grep -E "removed|handing|taking|holding|reconnected" "$log" | sed 's/^/daemon: /'

@@ -5,6 +5,7 @@
 # written to them; on an older one the command fails, naming the new size and what to do, `list`
 # shows the size waiting, and the device keeps serving its old size.
 . /usr/lib/srp-lab/suite/lib.sh
+. /usr/lib/srp-lab/setup.sh   # lab_export_lun
 ublk_cleanup
 modprobe loop 2>/dev/null
 img=/tmp/grow.img

@@ -7,6 +7,7 @@
 #     unanswered for 5 s -> down -> reconnect, and what it held is sent again.
 # fio's crc32c verify runs through both and must find nothing wrong.
 . /usr/lib/srp-lab/suite/lib.sh
+. /usr/lib/srp-lab/setup.sh   # lab_export_lun
 ublk_cleanup
 modprobe loop 2>/dev/null; modprobe dm_mod 2>/dev/null
 img=/tmp/slow.img
@@ -22,7 +23,7 @@ lab_export_lun 5 /dev/mapper/lab-slow || fail "exporting lab-slow as LUN 5"
 dev=$(ublk_add --queues 1 --lun 5 --reconnect-delay 2 --fast-io-fail-tmo 120 --dev-loss-tmo off) ||
     fail "srp-ublk add: $dev"
 id=${dev#/dev/ublkb}
-log=$(grep -o '"log": *"[^"]*"' "/run/srp-ublk/ublkb$id.json" | cut -d'"' -f4)
+log=$(daemon_log "$id")
 verify_start "$dev" 32m
 sleep 5
 # stall WHAT PATTERN: the LUN's device suspended under the writer until the daemon's log gets a new

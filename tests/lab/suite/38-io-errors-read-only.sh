@@ -6,6 +6,7 @@
 #  - a read-only LUN: LUN 7 mapped write-protected in the ACL (MODE SENSE's WP bit) becomes a
 #    read-only ublk device: writes are refused by the kernel, reads return the LUN's data.
 . /usr/lib/srp-lab/suite/lib.sh
+. /usr/lib/srp-lab/setup.sh   # lab_export_lun
 ublk_cleanup
 modprobe loop 2>/dev/null; modprobe dm_mod 2>/dev/null
 bad=/tmp/bad.img; ro=/tmp/ro.img
@@ -22,7 +23,7 @@ unmap() {
 trap 'show_logs; ublk_cleanup; unmap' EXIT
 lab_export_lun 6 /dev/mapper/lab-bad || fail "exporting lab-bad as LUN 6"
 lab_export_lun 7 "$loop_ro" || fail "exporting $loop_ro as LUN 7"
-echo 1 > "$SRP_TPG/acls/10.77.0.1/lun_7/write_protect" || fail "write-protecting LUN 7 in the ACL"
+echo 1 > "$SRP_TPG/acls/$LAB_IP/lun_7/write_protect" || fail "write-protecting LUN 7 in the ACL"
 
 # --- the bad region
 dev=$(ublk_add --queues 1 --lun 6) || fail "srp-ublk add --lun 6: $dev"

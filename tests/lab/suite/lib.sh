@@ -23,6 +23,8 @@ now() { cut -d' ' -f1 /proc/uptime; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN{printf "%.1f", a-b}'; }
 # queue_states: the queues' link states of every srp-ublk device, e.g. "running running"
 queue_states() { srp-ublk list 2>/dev/null | sed -n 's/^ *q[0-9]* channel \([a-z-]*\) via.*/\1/p' | tr '\n' ' '; }
+# daemon_log ID: the log file of /dev/ublkbID's daemon (from its state file)
+daemon_log() { grep -o '"log": *"[^"]*"' "/run/srp-ublk/ublkb$1.json" | cut -d'"' -f4; }
 reconnects() { srp-ublk list 2>/dev/null | sed -n 's/.* reconnects \([0-9]*\)$/\1/p' | awk '{s+=$1} END{print s+0}'; }
 # wait_running SECS: until every queue of every device is running; prints how long it took
 wait_running() {
@@ -95,25 +97,27 @@ stuck_dump() {
             [ -r "$f" ] && [ -n "$(cat "$f" 2>/dev/null)" ] && { echo "$f:"; sed 's/^/    /' "$f" | head -20; }
         done
     done
-    echo "--- stuck: fio tasks"
-    for p in $(pidof fio); do
-        for t in /proc/$p/task/*; do echo "== fio $t $(cat "$t/wchan")"; head -8 "$t/stack"; done
-    done
-    kill -USR1 $(pidof fio) 2>/dev/null; sleep 1
-    thread_dump; srp-ublk list; show_logs; dmesg | tail -n 30
+    stuck_tasks_dump
 }
-# nbd_stuck_dump FIO_OUTPUT: where an NBD client (fio's nbd engine) that does not finish and the
-# server are waiting: both ends' unix socket queues (bytes one side wrote and the other has not read),
-# fio's stacks and its own status, srp-ublk's threads and logs
+# nbd_stuck_dump FIO_OUTPUT: the same for an NBD client (fio's nbd engine) that does not finish: both
+# ends' unix socket queues (bytes one side wrote and the other has not read), then the tasks, then
+# fio's own status
 nbd_stuck_dump() {
     echo "--- stuck: unix sockets (Recv-Q Send-Q, with their processes)"
     ss -xpn 2>&1 | grep -E 'fio|srp-ublk|Recv-Q'
+    stuck_tasks_dump
+    echo "--- fio status"; tail -n 40 "$1"
+}
+# stuck_tasks_dump: fio's kernel and user stacks (and SIGUSR1: its status), srp-ublk's threads, list,
+# logs and dmesg
+stuck_tasks_dump() {
+    echo "--- stuck: fio tasks"
     for p in $(pidof fio); do
         for t in /proc/$p/task/*; do echo "== fio $t $(cat "$t/wchan")"; head -8 "$t/stack"; done
         echo "--- fio $p user stacks"; eu-stack -p "$p" 2>&1 | head -80
     done
-    kill -USR1 $(pidof fio) 2>/dev/null; sleep 1; echo "--- fio status"; tail -n 40 "$1"
-    thread_dump; show_logs; dmesg | tail -n 20
+    kill -USR1 $(pidof fio) 2>/dev/null; sleep 1
+    thread_dump; srp-ublk list; show_logs; dmesg | tail -n 30
 }
 # verify_stop: stop the background fio; fails the test on any fio or verify error
 verify_stop() {
@@ -129,22 +133,6 @@ verify_stop() {
     grep -q 'err= 0' /tmp/fio-verify.txt || fail "fio reported I/O errors"
     _w=$(grep -o 'WRITE: bw=[^,]*, [^,]*, io=[^ ,]*' /tmp/fio-verify.txt | sed 's/.*io=//')
     ok "fio verify: 0 errors, $_w written and verified"
-}
-# lab_export_lun N DEV: LIO exports block device DEV (iblock) as LUN N of the lab target to the lab
-# initiator (unit serial 5e7a1b0N-...); lab_unexport_lun N undoes it
-lab_export_lun() {
-    _bs=/sys/kernel/config/target/core/iblock_$1/lun$1
-    mkdir -p $_bs && echo "udev_path=$2" > $_bs/control && echo 1 > $_bs/enable &&
-        echo "5e7a1b0$1-0000-4000-8000-000000000000" > $_bs/wwn/vpd_unit_serial &&
-        mkdir -p "$SRP_TPG/lun/lun_$1" && ln -s $_bs "$SRP_TPG/lun/lun_$1/lun$1" &&
-        mkdir -p "$SRP_TPG/acls/10.77.0.1/lun_$1" &&
-        ln -s "$SRP_TPG/lun/lun_$1" "$SRP_TPG/acls/10.77.0.1/lun_$1/lun_$1"
-}
-lab_unexport_lun() {
-    rm -f "$SRP_TPG/acls/10.77.0.1/lun_$1/lun_$1" "$SRP_TPG/lun/lun_$1/lun$1" 2>/dev/null
-    rmdir "$SRP_TPG/acls/10.77.0.1/lun_$1" "$SRP_TPG/lun/lun_$1" \
-        /sys/kernel/config/target/core/iblock_$1/lun$1 /sys/kernel/config/target/core/iblock_$1 2>/dev/null
-    true
 }
 # lab_dm_create NAME TABLE...: a device-mapper device with its /dev/mapper/NAME node (the busybox
 # guest runs no udev, which dmsetup would otherwise leave the node to); the table is read from stdin
