@@ -26,14 +26,29 @@ impl Drop for Server {
 }
 
 fn server(backend: &str, name: &str) -> Server {
+    server_with(backend, name, &[], None)
+}
+
+/// A server with extra `serve` arguments, under an open-files limit if `nofile` is given.
+fn server_with(backend: &str, name: &str, extra: &[&str], nofile: Option<u32>) -> Server {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("srp-ublk-nbd-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("nbd.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_srp-ublk"))
+    let bin = env!("CARGO_BIN_EXE_srp-ublk");
+    let mut cmd = match nofile {
+        Some(n) => {
+            let mut c = tool("prlimit", "util-linux");
+            c.arg(format!("--nofile={n}:{n}")).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let child = cmd
         .args(["serve", "--backend", backend, "--name", name, "--nbd"])
         .arg(format!("unix:{}", sock.display()))
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -379,4 +394,115 @@ fn unknown_export_is_refused_in_the_handshake() {
         0x8000_0006,
         "NBD_REP_ERR_UNKNOWN"
     );
+}
+
+#[test]
+fn a_trim_larger_than_one_command_is_done_whole_and_answered_once() {
+    // the mem backend carries TRIM / WRITE_ZEROES out in 64 MiB commands
+    let s = server("mem:256M", "big");
+    let mut c = go(&s.sock, "big");
+    let data = vec![0xabu8; 1 << 20];
+    for off in [0u64, 100 << 20, 199 << 20, 200 << 20] {
+        assert_eq!(write_at(&mut c, off, off, &data), 0);
+    }
+    // TRIM 200 MiB from 0 (FUA: a sync after the last chunk), then WRITE_ZEROES 150 MiB over it
+    c.write_all(&request(4, 1, 77, 0, 200 << 20)).unwrap();
+    assert_eq!(reply(&mut c), (0, 77));
+    c.write_all(&request(6, 0, 78, 50 << 20, 150 << 20)).unwrap();
+    assert_eq!(reply(&mut c), (0, 78));
+    for off in [0u64, 100 << 20, 199 << 20] {
+        let (e, got) = read_at(&mut c, 1, off, 1 << 20);
+        assert_eq!(e, 0);
+        assert!(got.iter().all(|&b| b == 0), "MiB at {off} not zeroed");
+    }
+    let (e, got) = read_at(&mut c, 2, 200 << 20, 1 << 20);
+    assert_eq!(e, 0);
+    assert_eq!(got, data, "data past the trimmed range changed");
+}
+
+/// Connects and reads the greeting, then says nothing more.
+fn idle_client(p: &Path) -> UnixStream {
+    let mut s = connect(p);
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s
+}
+
+/// Whether the server has closed `s` (EOF or reset within `within`).
+fn closed_within(s: &mut UnixStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    }
+}
+
+#[test]
+fn a_client_that_does_not_finish_the_handshake_is_dropped() {
+    let s = server_with("mem:16M", "d", &["--handshake-timeout", "1"], None);
+    let mut slow = idle_client(&s.sock);
+    // one byte of the client flags every 300 ms: the deadline is for the whole handshake
+    let t = Instant::now();
+    let mut dropped = false;
+    for _ in 0..10 {
+        if slow.write_all(&[0]).is_err() || closed_within(&mut slow, Duration::from_millis(300)) {
+            dropped = true;
+            break;
+        }
+    }
+    assert!(dropped, "a dribbling client was still connected after {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(3), "dropped only after {:?}", t.elapsed());
+    let mut good = go(&s.sock, "d");
+    assert_eq!(write_at(&mut good, 1, 0, &[7u8; 512]), 0);
+}
+
+#[test]
+fn connections_past_the_limit_are_closed_and_the_served_ones_kept() {
+    let s = server_with("mem:16M", "d", &["--max-connections", "2"], None);
+    let mut a = go(&s.sock, "d");
+    let mut b = go(&s.sock, "d");
+    let mut c = connect(&s.sock);
+    assert!(closed_within(&mut c, Duration::from_secs(5)), "a third connection was served");
+    assert_eq!(write_at(&mut a, 1, 0, &[1u8; 512]), 0);
+    drop(b.write_all(&request(2, 0, 0, 0, 0))); // NBD_CMD_DISC
+    drop(b);
+    // the slot comes back once the connection's thread has ended
+    let t = Instant::now();
+    loop {
+        let mut d = connect(&s.sock);
+        let mut g = [0u8; 18];
+        if d.read_exact(&mut g).is_ok() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no slot after a client left");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(read_at(&mut a, 2, 0, 512).1, vec![1u8; 512]);
+}
+
+#[test]
+fn more_idle_clients_than_descriptors_do_not_stop_the_server() {
+    // 64 descriptors, 100 clients that never finish the handshake: accept() fails with EMFILE
+    // until the deadline frees descriptors; the server keeps going and serves a good client
+    let s = server_with("mem:16M", "d", &["--handshake-timeout", "1"], Some(64));
+    let idle: Vec<UnixStream> = (0..100).map(|_| connect(&s.sock)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let mut good = loop {
+        let mut c = connect(&s.sock);
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut g = [0u8; 18];
+        if c.read_exact(&mut g).is_ok() {
+            drop(c);
+            break go(&s.sock, "d");
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "the server stopped serving");
+    };
+    assert_eq!(write_at(&mut good, 1, 4096, &[9u8; 4096]), 0);
+    assert_eq!(read_at(&mut good, 2, 4096, 4096).1, vec![9u8; 4096]);
+    drop(idle);
+    let mut server = s;
+    assert!(server.child.try_wait().unwrap().is_none(), "the server exited");
 }

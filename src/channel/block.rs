@@ -1,7 +1,7 @@
 //! Block operations (what ublk and NBD ask for) mapped to SCSI commands, in one place for both front
-//! ends: READ/WRITE -> READ(16)/WRITE(16) (FUA honoured), FLUSH -> SYNCHRONIZE CACHE(16),
-//! DISCARD -> UNMAP, WRITE_ZEROES -> WRITE SAME(16) of a zeroed block (UNMAP bit when allowed),
-//! as the kernel's sd driver does.
+//! ends: READ/WRITE -> READ(16)/WRITE(16), FLUSH -> SYNCHRONIZE CACHE(16), DISCARD -> UNMAP,
+//! WRITE_ZEROES -> WRITE SAME(16) of a zeroed block (UNMAP bit when allowed), as the kernel's sd
+//! driver does; FUA and FLUSH follow the LUN's write cache ([`WriteCache`]).
 
 use super::{DataBuf, DataDir, ScsiCmd};
 use crate::wire::scsi::sense::errno;
@@ -28,6 +28,56 @@ pub enum BlockOp {
     },
 }
 
+/// The LUN's write cache as MODE SENSE reports it (caching page WCE, DPOFUA in the device-specific
+/// parameter), and the one rule both front ends follow for a block layer's FLUSH and FUA, as sd
+/// does: a LUN without a volatile cache needs neither (a completed write is durable, and SBC targets
+/// such as LIO refuse the FUA bit there); with a cache, FUA is the WRITE's FUA bit when the LUN has
+/// DPOFUA, else the write followed by SYNCHRONIZE CACHE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WriteCache {
+    /// A volatile write cache is enabled (WCE).
+    pub enabled: bool,
+    /// The LUN honours the FUA bit (DPOFUA).
+    pub dpofua: bool,
+}
+
+/// How a write that must be durable when it completes (FUA) is carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FuaWrite {
+    /// WRITE(16) with the FUA bit.
+    FuaBit,
+    /// A plain WRITE(16), then SYNCHRONIZE CACHE before the write is reported done.
+    ThenSync,
+    /// A plain WRITE(16): the LUN has no volatile cache.
+    Plain,
+}
+
+impl WriteCache {
+    /// What state files written before the cache was recorded imply: the FUA bit was always sent.
+    pub const LEGACY: WriteCache = WriteCache {
+        enabled: true,
+        dpofua: true,
+    };
+
+    /// Whether FLUSH means anything (SYNCHRONIZE CACHE); without a volatile cache it completes at once.
+    pub fn flushes(self) -> bool {
+        self.enabled
+    }
+
+    /// How a FUA write is carried out.
+    pub fn fua_write(self) -> FuaWrite {
+        match (self.enabled, self.dpofua) {
+            (false, _) => FuaWrite::Plain,
+            (true, true) => FuaWrite::FuaBit,
+            (true, false) => FuaWrite::ThenSync,
+        }
+    }
+}
+
+fn legacy_cache() -> WriteCache {
+    WriteCache::LEGACY
+}
+
 /// What the LUN supports, from its INQUIRY/VPD/READ CAPACITY/MODE SENSE data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Geometry {
@@ -39,11 +89,16 @@ pub struct Geometry {
     pub unmap: bool,
     /// WRITE SAME(16) with UNMAP supported (VPD 0xB2 LBPWS).
     pub write_same_unmap: bool,
+    /// The write cache: what FUA and FLUSH become.
+    #[serde(default = "legacy_cache")]
+    pub cache: WriteCache,
 }
 
 /// Builds the SCSI command for `op` on `len` bytes at byte `offset`. `buf` is the tag's registered
 /// buffer and `scratch` its bytes: UNMAP's parameter list and WRITE SAME's zero block are written
-/// there. Errors are errnos for the block layer.
+/// there. A FUA write gets the FUA bit only where [`WriteCache::fua_write`] says so; the
+/// SYNCHRONIZE CACHE of [`FuaWrite::ThenSync`] is the caller's next command. Errors are errnos for
+/// the block layer.
 pub fn to_scsi(
     op: BlockOp,
     offset: u64,
@@ -77,7 +132,7 @@ pub fn to_scsi(
             data: DataDir::In(buf.prefix(len)),
         }),
         BlockOp::Write { fua } => Ok(ScsiCmd {
-            cdb: Cdb::write16(lba, blocks, fua),
+            cdb: Cdb::write16(lba, blocks, fua && geo.cache.fua_write() == FuaWrite::FuaBit),
             data: DataDir::Out(buf.prefix(len)),
         }),
         BlockOp::Discard => {
@@ -115,6 +170,7 @@ mod tests {
         blocks: 1 << 20,
         unmap: true,
         write_same_unmap: true,
+        cache: WriteCache::LEGACY,
     };
     const BUF: DataBuf = DataBuf {
         addr: 0x1000,
@@ -135,6 +191,36 @@ mod tests {
         assert!(matches!(w.data, DataDir::Out(b) if b.len == 512));
         let f = to_scsi(BlockOp::Flush, 0, 0, &GEO, BUF, &mut s).unwrap();
         assert_eq!(f.cdb.opcode(), op::SYNCHRONIZE_CACHE_16);
+    }
+
+    #[test]
+    fn fua_follows_the_write_cache() {
+        let mut s = vec![0u8; 4096];
+        let cases = [
+            (false, false, FuaWrite::Plain, 0),
+            (false, true, FuaWrite::Plain, 0),
+            (true, true, FuaWrite::FuaBit, 0x08),
+            (true, false, FuaWrite::ThenSync, 0),
+        ];
+        for (enabled, dpofua, plan, bit) in cases {
+            let cache = WriteCache { enabled, dpofua };
+            assert_eq!(cache.fua_write(), plan, "{cache:?}");
+            assert_eq!(cache.flushes(), enabled);
+            let geo = Geometry { cache, ..GEO };
+            let w = to_scsi(BlockOp::Write { fua: true }, 0, 512, &geo, BUF, &mut s).unwrap();
+            assert_eq!(w.cdb.as_slice()[1], bit, "{cache:?}");
+            let w = to_scsi(BlockOp::Write { fua: false }, 0, 512, &geo, BUF, &mut s).unwrap();
+            assert_eq!(w.cdb.as_slice()[1], 0);
+        }
+    }
+
+    #[test]
+    fn geometry_of_an_older_state_file_keeps_the_fua_bit() {
+        let g: Geometry = serde_json::from_str(
+            r#"{"block_shift":9,"blocks":8,"unmap":false,"write_same_unmap":false}"#,
+        )
+        .unwrap();
+        assert_eq!(g.cache, WriteCache::LEGACY);
     }
 
     #[test]

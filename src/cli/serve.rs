@@ -4,7 +4,8 @@
 use anyhow::{bail, Context};
 use clap::Args;
 use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
-use srp_ublk::frontend::nbd::{self, Export, Listen, Source};
+use srp_ublk::channel::block::WriteCache;
+use srp_ublk::frontend::nbd::{self, Export, Limits, Listen, Source};
 use srp_ublk::session::Session;
 use srp_ublk::wire::target::TargetSpec;
 use std::io::Write;
@@ -37,13 +38,43 @@ pub struct ServeArgs {
     /// The SRP transport-class timers of each connection's channel.
     #[command(flatten)]
     pub timer_args: super::TimerArgs,
+    /// Connections served at once; more are closed at once.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Seconds a client has to finish the handshake once connected.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub handshake_timeout: u64,
+}
+
+/// Checks an export name that names the default socket (`/run/srp-ublk/NAME.sock`): it must stay
+/// a file name in that directory.
+fn socket_name(name: &str) -> anyhow::Result<&str> {
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\0']) {
+        bail!(
+            "--name '{name}' cannot name a socket under {}: use letters, digits, '-', '_' (not \
+             starting with '.'), or give the socket with --nbd unix:PATH",
+            srp_ublk::session::state::run_dir().display()
+        );
+    }
+    Ok(name)
+}
+
+/// The demo backends' TRIM / WRITE_ZEROES chunk.
+const DEMO_CHUNK: u32 = 64 << 20;
+
+/// Bytes in `blocks` blocks of `bs`, at most 1 GiB (one command's work), whole blocks.
+fn chunk_bytes(blocks: u32, bs: u32) -> u32 {
+    let cap = (1u32 << 30) / bs;
+    blocks.clamp(1, cap) * bs
 }
 
 /// Runs `serve`.
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let listen = match &a.nbd {
-        Some(s) => Listen::parse(s).map_err(anyhow::Error::msg)?,
-        None => Listen::Unix(srp_ublk::session::state::run_dir().join(format!("{}.sock", a.name))),
+        Some(s) => Listen::parse(s)?,
+        None => Listen::Unix(
+            srp_ublk::session::state::run_dir().join(format!("{}.sock", socket_name(&a.name)?)),
+        ),
     };
     let export = match (&a.target, &a.backend) {
         (Some(t), None) => {
@@ -52,6 +83,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             let s = Session::open(&target, &a.session.options(Some(&target))?)?;
             let geo = s.lun.geometry();
             let max_io = s.lun.max_io_bytes(target.opts.max_sect);
+            let bs = s.lun.capacity.block_len;
             tracing::info!(
                 "serving LUN {} ({} {}, {} bytes) over {} SRP channel(s)",
                 s.lun.lun,
@@ -68,6 +100,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 read_only: s.lun.read_only,
                 fast_zero: geo.write_same_unmap && s.lun.capacity.lbprz,
                 trim: geo.unmap,
+                cache: geo.cache,
+                max_trim: chunk_bytes(s.lun.max_unmap_blocks(), bs),
+                max_zero: chunk_bytes(s.lun.max_write_same_blocks(max_io), bs),
                 source: Source::Srp {
                     pool: Arc::new(Mutex::new(s.channels)),
                     geo,
@@ -92,6 +127,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 read_only: false,
                 fast_zero: true,
                 trim: true,
+                // RAM with a cache's interface, so clients exercise FLUSH and FUA
+                cache: WriteCache::LEGACY,
+                max_trim: DEMO_CHUNK,
+                max_zero: DEMO_CHUNK,
                 source,
             }
         }
@@ -102,9 +141,27 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         Listen::Tcp(a) => format!("tcp:{a}"),
     };
     let name = a.name.clone();
-    nbd::serve(&listen, Arc::new(export), || {
+    let limits = Limits {
+        max_connections: a.max_connections as usize,
+        handshake_timeout: std::time::Duration::from_secs(a.handshake_timeout),
+    };
+    nbd::serve(&listen, Arc::new(export), limits, || {
         println!("serving NBD export '{name}' on {where_}");
         let _ = std::io::stdout().flush();
     })
     .with_context(|| format!("cannot serve on {where_}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_export_name_stays_in_the_socket_directory() {
+        assert_eq!(socket_name("lun0").unwrap(), "lun0");
+        for bad in ["", "../etc/x", "a/b", ".hidden", "..", "a\0b"] {
+            let e = socket_name(bad).unwrap_err().to_string();
+            assert!(e.contains("cannot name a socket"), "{bad:?}: {e}");
+        }
+    }
 }

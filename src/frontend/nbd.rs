@@ -9,49 +9,23 @@
 //! or, where the stream cannot be resynchronised (bad magic), a disconnect of that connection only.
 
 use crate::backend::MemDisk;
-use crate::channel::block::{to_scsi, BlockOp, Geometry};
+use crate::channel::block::{to_scsi, BlockOp, FuaWrite, Geometry, WriteCache};
 use crate::channel::{clock_ms, Channel, DataBuf, Transport};
 use crate::rdma::Endpoint;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
 use crate::session::{Relogin, RELOGIN_STEP};
+mod listen;
+
 use crate::wire::nbd::{
     self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
 };
+use listen::{Stream, Timed};
+pub use listen::{bind_unix, Limits, Listen, ListenError, RateLimit, SocketError};
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Where to listen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Listen {
-    /// A unix socket (the default; created 0600).
-    Unix(PathBuf),
-    /// TCP (unauthenticated: explicit only).
-    Tcp(SocketAddr),
-}
-
-impl Listen {
-    /// Parses `unix:PATH` or `tcp:ADDR:PORT`.
-    pub fn parse(s: &str) -> Result<Listen, String> {
-        if let Some(p) = s.strip_prefix("unix:") {
-            if p.is_empty() {
-                return Err("unix: needs a path, e.g. unix:/run/srp-ublk/disk0.sock".into());
-            }
-            return Ok(Listen::Unix(PathBuf::from(p)));
-        }
-        if let Some(a) = s.strip_prefix("tcp:") {
-            return a.parse().map(Listen::Tcp).map_err(|_| {
-                format!("'{a}': expected tcp:ADDRESS:PORT, e.g. tcp:127.0.0.1:10809")
-            });
-        }
-        Err(format!("'{s}': expected unix:PATH or tcp:ADDRESS:PORT"))
-    }
-}
 
 /// What an export is served from.
 // one per export, created once: its size does not matter
@@ -92,17 +66,28 @@ pub struct Export {
     pub fast_zero: bool,
     /// TRIM supported.
     pub trim: bool,
+    /// The write cache: whether FLUSH and FUA mean anything, and how FUA is carried out.
+    pub cache: WriteCache,
+    /// Largest TRIM / WRITE_ZEROES sent as one command, in bytes: a larger request is carried out
+    /// as several, one after another on its tag, and answered once.
+    pub max_trim: u32,
+    /// The same for WRITE_ZEROES.
+    pub max_zero: u32,
     /// Where the data lives.
     pub source: Source,
 }
 
 impl Export {
-    /// The transmission flags, telling the truth: FLUSH and FUA always (SYNCHRONIZE CACHE / FUA writes
-    /// reach the LUN's cache, which every channel shares, so CAN_MULTI_CONN holds), TRIM and
-    /// WRITE_ZEROES as the source supports them.
+    /// The transmission flags, telling the truth: FLUSH and FUA where the LUN has a volatile write
+    /// cache (SYNCHRONIZE CACHE and FUA reach the LUN's cache, which every channel shares, so
+    /// CAN_MULTI_CONN holds; without a cache a completed write is durable and neither is needed),
+    /// TRIM and WRITE_ZEROES as the source supports them.
     pub fn flags(&self) -> u16 {
-        let mut f = tflag::HAS_FLAGS | tflag::SEND_FLUSH | tflag::SEND_FUA | tflag::CAN_MULTI_CONN;
+        let mut f = tflag::HAS_FLAGS | tflag::CAN_MULTI_CONN;
         f |= tflag::SEND_WRITE_ZEROES | tflag::SEND_FAST_ZERO;
+        if self.cache.flushes() {
+            f |= tflag::SEND_FLUSH | tflag::SEND_FUA;
+        }
         if self.trim {
             f |= tflag::SEND_TRIM;
         }
@@ -120,100 +105,26 @@ impl Export {
     }
 }
 
-enum Stream {
-    Unix(UnixStream),
-    Tcp(TcpStream),
-}
-
-impl Stream {
-    fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.set_nonblocking(nb),
-            Stream::Tcp(s) => s.set_nonblocking(nb),
-        }
-    }
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.set_read_timeout(t),
-            Stream::Tcp(s) => s.set_read_timeout(t),
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.read(b),
-            Stream::Tcp(s) => s.read(b),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.write(b),
-            Stream::Tcp(s) => s.write(b),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl AsRawFd for Stream {
-    fn as_raw_fd(&self) -> RawFd {
-        match self {
-            Stream::Unix(s) => s.as_raw_fd(),
-            Stream::Tcp(s) => s.as_raw_fd(),
-        }
-    }
-}
-
 /// Listens and serves `export` until the process ends; `ready` runs once the socket accepts.
-pub fn serve(listen: &Listen, export: Arc<Export>, ready: impl FnOnce()) -> io::Result<()> {
-    match listen {
-        Listen::Unix(path) => {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let _ = std::fs::remove_file(path);
-            let l = UnixListener::bind(path)?;
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-            ready();
-            for s in l.incoming() {
-                spawn_conn(Stream::Unix(s?), export.clone());
-            }
-        }
-        Listen::Tcp(addr) => {
-            tracing::warn!("NBD over TCP on {addr} is unauthenticated: anyone who can reach it can read and write the LUN");
-            let l = TcpListener::bind(addr)?;
-            ready();
-            for s in l.incoming() {
-                let s = s?;
-                let _ = s.set_nodelay(true);
-                spawn_conn(Stream::Tcp(s), export.clone());
-            }
-        }
-    }
-    Ok(())
-}
-
-fn spawn_conn(s: Stream, ex: Arc<Export>) {
-    std::thread::spawn(move || {
-        if let Err(e) = connection(s, &ex) {
+pub fn serve(
+    listen: &Listen,
+    export: Arc<Export>,
+    limits: Limits,
+    ready: impl FnOnce(),
+) -> io::Result<()> {
+    listen::serve(listen, limits, ready, move |s| {
+        if let Err(e) = connection(s, &export, limits.handshake_timeout) {
             tracing::info!("NBD connection ended: {e}");
         }
-    });
+    })
 }
 
-fn connection(mut s: Stream, ex: &Export) -> io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let Some(exec) = handshake(&mut s, ex)? else {
+fn connection(mut s: Stream, ex: &Export, handshake_timeout: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + handshake_timeout;
+    let Some(exec) = handshake(&mut Timed { s: &mut s, deadline }, ex)? else {
         return Ok(());
     };
-    s.set_read_timeout(None)?;
+    s.set_timeouts(None)?;
     transmission(s, ex, exec)
 }
 
@@ -224,7 +135,7 @@ fn bad(msg: impl Into<String>) -> io::Error {
 /// Option data above this closes the connection (no option of ours needs more).
 const MAX_OPTION_LEN: u32 = 64 * 1024;
 
-fn handshake(s: &mut Stream, ex: &Export) -> io::Result<Option<Exec>> {
+fn handshake(s: &mut Timed, ex: &Export) -> io::Result<Option<Exec>> {
     s.write_all(&nbd::server_greeting())?;
     let mut f = [0u8; 4];
     s.read_exact(&mut f)?;
@@ -645,6 +556,55 @@ struct TagReq {
     cookie: u64,
     read: bool,
     len: u32,
+    /// What the tag does after its current command, before the client hears back.
+    next: Next,
+}
+
+/// The rest of a request after the command its tag has out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Next {
+    /// Reply.
+    #[default]
+    Reply,
+    /// SYNCHRONIZE CACHE, then reply (FUA on a cached LUN without DPOFUA, or on TRIM/WRITE_ZEROES).
+    Sync,
+    /// `left` more bytes of a split TRIM or WRITE_ZEROES from `off`, then a SYNCHRONIZE CACHE if
+    /// `sync`.
+    More {
+        op: BlockOp,
+        off: u64,
+        left: u64,
+        sync: bool,
+    },
+}
+
+/// One command of a request: what to send now, and what follows it.
+fn step(ex: &Export, op: BlockOp, off: u64, len: u64, fua: bool) -> (BlockOp, u32, Next) {
+    let chunk = match op {
+        BlockOp::Discard => ex.max_trim,
+        BlockOp::WriteZeroes { .. } => ex.max_zero,
+        _ => u32::MAX,
+    };
+    let now = len.min(u64::from(chunk.max(1))) as u32;
+    let sync = fua
+        && match op {
+            BlockOp::Write { .. } => ex.cache.fua_write() == FuaWrite::ThenSync,
+            BlockOp::Discard | BlockOp::WriteZeroes { .. } => ex.cache.flushes(),
+            BlockOp::Read | BlockOp::Flush => false,
+        };
+    let next = if u64::from(now) < len {
+        Next::More {
+            op,
+            off: off + u64::from(now),
+            left: len - u64::from(now),
+            sync,
+        }
+    } else if sync {
+        Next::Sync
+    } else {
+        Next::Reply
+    };
+    (op, now, next)
 }
 
 /// Waits for readiness on up to two fds; returns (fd0 ready, fd1 ready).
@@ -783,24 +743,31 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
                 exec.buf(tag)[..body].copy_from_slice(&rbuf[rpos..rpos + body]);
                 rpos += body;
             }
+            let fua = req.flags & cmdflag::FUA != 0;
             let op = match req.kind {
                 cmd::READ => BlockOp::Read,
-                cmd::WRITE => BlockOp::Write {
-                    fua: req.flags & cmdflag::FUA != 0,
-                },
+                cmd::WRITE => BlockOp::Write { fua },
                 cmd::FLUSH => BlockOp::Flush,
                 cmd::TRIM => BlockOp::Discard,
                 _ => BlockOp::WriteZeroes {
                     may_unmap: req.flags & cmdflag::NO_HOLE == 0,
                 },
             };
+            progress = true;
+            if op == BlockOp::Flush && !ex.cache.flushes() {
+                // no volatile cache: every write already completed is durable
+                free.push(tag);
+                reply_err(&mut out, 0);
+                continue;
+            }
+            let (op, len, next) = step(ex, op, req.offset, u64::from(req.length), fua);
             tags[usize::from(tag)] = TagReq {
                 cookie: req.cookie,
                 read: req.kind == cmd::READ,
                 len: req.length,
+                next,
             };
-            progress = true;
-            if let Err(e) = exec.submit(tag, op, req.offset, req.length) {
+            if let Err(e) = exec.submit(tag, op, req.offset, len) {
                 free.push(tag);
                 reply_err(&mut out, err::from_errno(e));
             }
@@ -811,6 +778,23 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
         }
         for (tag, r) in done.drain(..) {
             let t = tags[usize::from(tag)];
+            let r = match (r, t.next) {
+                (Ok(()), Next::Sync) => {
+                    tags[usize::from(tag)].next = Next::Reply;
+                    exec.submit(tag, BlockOp::Flush, 0, 0).map(|()| true)
+                }
+                (Ok(()), Next::More { op, off, left, sync }) => {
+                    let (op, len, next) = step(ex, op, off, left, sync);
+                    tags[usize::from(tag)].next = next;
+                    exec.submit(tag, op, off, len).map(|()| true)
+                }
+                (r, _) => r.map(|()| false),
+            };
+            let r = match r {
+                Ok(true) => continue, // the request's next command is out
+                Ok(false) => Ok(()),
+                Err(e) => Err(e),
+            };
             match r {
                 Ok(()) => {
                     out.extend_from_slice(&nbd::simple_reply(0, t.cookie));
@@ -880,18 +864,81 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    fn export(cache: WriteCache) -> Export {
+        Export {
+            name: "x".into(),
+            size: 1 << 30,
+            min_block: 512,
+            max_io: 1 << 20,
+            read_only: false,
+            fast_zero: false,
+            trim: true,
+            cache,
+            max_trim: 64 << 20,
+            max_zero: 1 << 20,
+            source: Source::Null,
+        }
+    }
+
     #[test]
-    fn listen_specs() {
-        assert_eq!(
-            Listen::parse("unix:/tmp/x.sock"),
-            Ok(Listen::Unix("/tmp/x.sock".into()))
-        );
-        assert_eq!(
-            Listen::parse("tcp:127.0.0.1:10809"),
-            Ok(Listen::Tcp("127.0.0.1:10809".parse().unwrap()))
-        );
-        assert!(Listen::parse("tcp:localhost").is_err());
-        assert!(Listen::parse("unix:").is_err());
-        assert!(Listen::parse("/tmp/x").is_err());
+    fn flush_and_fua_are_advertised_only_with_a_write_cache() {
+        let none = export(WriteCache {
+            enabled: false,
+            dpofua: false,
+        });
+        assert_eq!(none.flags() & (tflag::SEND_FLUSH | tflag::SEND_FUA), 0);
+        for dpofua in [false, true] {
+            let cached = export(WriteCache {
+                enabled: true,
+                dpofua,
+            });
+            let f = cached.flags();
+            assert_eq!(f & tflag::SEND_FLUSH, tflag::SEND_FLUSH);
+            assert_eq!(f & tflag::SEND_FUA, tflag::SEND_FUA);
+        }
+    }
+
+    #[test]
+    fn a_fua_write_is_followed_by_a_sync_only_without_dpofua() {
+        let cases = [
+            (false, false, Next::Reply),
+            (true, true, Next::Reply),
+            (true, false, Next::Sync),
+        ];
+        for (enabled, dpofua, next) in cases {
+            let ex = export(WriteCache { enabled, dpofua });
+            let w = BlockOp::Write { fua: true };
+            assert_eq!(step(&ex, w, 0, 4096, true), (w, 4096, next));
+            assert_eq!(step(&ex, w, 0, 4096, false).2, Next::Reply);
+        }
+    }
+
+    #[test]
+    fn large_trim_and_write_zeroes_go_in_chunks() {
+        let ex = export(WriteCache::LEGACY);
+        let (op, len, next) = step(&ex, BlockOp::Discard, 4096, 200 << 20, true);
+        assert_eq!((op, len), (BlockOp::Discard, 64 << 20));
+        let Next::More { off, left, sync, .. } = next else {
+            panic!("{next:?}")
+        };
+        assert_eq!((off, left, sync), (4096 + (64 << 20), 136 << 20, true));
+        let mut steps = 1;
+        let (mut off, mut left) = (off, left);
+        loop {
+            let (_, len, next) = step(&ex, BlockOp::Discard, off, left, sync);
+            steps += 1;
+            match next {
+                Next::More { off: o, left: l, .. } => (off, left) = (o, l),
+                Next::Sync => {
+                    assert_eq!(off + u64::from(len), 4096 + (200 << 20));
+                    break;
+                }
+                Next::Reply => panic!("the FUA trim lost its sync"),
+            }
+        }
+        assert_eq!(steps, 4);
+        let z = BlockOp::WriteZeroes { may_unmap: true };
+        assert_eq!(step(&ex, z, 0, 512, false), (z, 512, Next::Reply));
+        assert_eq!(step(&ex, z, 0, 3 << 20, false).1, 1 << 20);
     }
 }

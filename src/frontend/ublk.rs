@@ -8,7 +8,7 @@
 //! when idle it arms the CQ and sleeps in io_uring on a PollAdd of the completion channel fd.
 
 use crate::backend::MemDisk;
-use crate::channel::block::{to_scsi, BlockOp, Geometry};
+use crate::channel::block::{to_scsi, BlockOp, FuaWrite, Geometry};
 use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport};
 use crate::rdma::Endpoint;
 pub use crate::session::rport::LinkState;
@@ -214,11 +214,14 @@ fn ublk_params(lun: &LunInfo, max_io: u32) -> sys::ublk_params {
         .unwrap_or(lun.capacity.block_len);
     let phys_shift = (phys.trailing_zeros() as u8).clamp(bs_shift, 16);
     let mut attrs = 0;
-    if lun.write_cache {
+    // the kernel sends FLUSH only to a volatile cache, and FUA only where the LUN takes the FUA bit;
+    // elsewhere it makes a FUA write durable with a flush after it (the rule NBD follows itself)
+    let cache = lun.write_cache();
+    if cache.flushes() {
         attrs |= sys::UBLK_ATTR_VOLATILE_CACHE;
-        if lun.fua {
-            attrs |= sys::UBLK_ATTR_FUA;
-        }
+    }
+    if cache.fua_write() == FuaWrite::FuaBit {
+        attrs |= sys::UBLK_ATTR_FUA;
     }
     if lun.read_only {
         attrs |= sys::UBLK_ATTR_READ_ONLY;
@@ -255,12 +258,8 @@ fn ublk_params(lun: &LunInfo, max_io: u32) -> sys::ublk_params {
             discard_granularity: gran,
             max_discard_sectors: unmap.saturating_mul(sectors_per_block).min(u32::MAX >> 1),
             max_write_zeroes_sectors: lun
-                .limits
-                .map(|l| l.max_write_same_len)
-                .filter(|&n| n > 0)
-                .map_or(max_io >> 9, |n| {
-                    (n.min(u64::from(u32::MAX >> 1)) as u32).saturating_mul(sectors_per_block)
-                }),
+                .max_write_same_blocks(max_io)
+                .saturating_mul(sectors_per_block),
             max_discard_segments: 1,
             reserved0: 0,
         };

@@ -3,7 +3,7 @@
 //! READY, INQUIRY + VPD 0x80/0x83/0xB0/0xB2, READ CAPACITY(16), MODE SENSE caching page), mapped to
 //! the parameters a block device needs. Queue depth follows the granted credits, never the reverse.
 
-use crate::channel::block::Geometry;
+use crate::channel::block::{Geometry, WriteCache};
 use crate::channel::{Channel, ChannelConfig, DataDir, ScsiCmd};
 use crate::rdma::{ConnectParams, Endpoint, RdmaError};
 use crate::wire::scsi::vpd::{self, BlockLimits, Provisioning};
@@ -111,6 +111,14 @@ impl LunInfo {
             blocks: self.capacity.blocks(),
             unmap: self.capacity.lbpme && lbp.lbpu,
             write_same_unmap: self.capacity.lbpme && lbp.lbpws,
+            cache: self.write_cache(),
+        }
+    }
+    /// The write cache (what FUA and FLUSH become, for both front ends).
+    pub fn write_cache(&self) -> WriteCache {
+        WriteCache {
+            enabled: self.write_cache,
+            dpofua: self.fua,
         }
     }
     /// Size in bytes.
@@ -131,6 +139,16 @@ impl LunInfo {
         // at least one block, whole blocks
         let bs = self.capacity.block_len;
         (m / bs).max(1) * bs
+    }
+    /// Largest WRITE SAME in blocks: Block Limits' MAXIMUM WRITE SAME LENGTH, else one I/O's worth
+    /// (`max_io` bytes).
+    pub fn max_write_same_blocks(&self, max_io: u32) -> u32 {
+        self.limits
+            .map(|l| l.max_write_same_len)
+            .filter(|&n| n > 0)
+            .map_or(max_io / self.capacity.block_len, |n| {
+                n.min(u64::from(u32::MAX >> 1)) as u32
+            })
     }
     /// Largest UNMAP in blocks (0: none).
     pub fn max_unmap_blocks(&self) -> u32 {

@@ -13,6 +13,7 @@ const GEO: Geometry = Geometry {
     blocks: 2048,
     unmap: true,
     write_same_unmap: true,
+    cache: crate::channel::block::WriteCache::LEGACY,
 };
 
 fn cfg(req_lim: i32) -> ChannelConfig {

@@ -1,0 +1,403 @@
+//! The NBD listener: where an export listens, the socket made safely, and an accept loop that a
+//! client cannot take down: accept errors (EMFILE under a descriptor flood) are logged and retried
+//! with a back-off, connections are capped, a client has a deadline to finish the handshake, and a
+//! thread that cannot be created costs that connection only.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where to listen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// A unix socket (the default; created 0600).
+    Unix(PathBuf),
+    /// TCP (unauthenticated: explicit only).
+    Tcp(SocketAddr),
+}
+
+/// A listen address that does not parse.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ListenError {
+    /// `unix:` with nothing after it.
+    #[error("unix: needs a path, e.g. unix:/run/srp-ublk/disk0.sock")]
+    NoPath,
+    /// `tcp:` with no ADDRESS:PORT.
+    #[error("'{0}': expected tcp:ADDRESS:PORT, e.g. tcp:127.0.0.1:10809")]
+    BadTcp(String),
+    /// Neither form.
+    #[error("'{0}': expected unix:PATH or tcp:ADDRESS:PORT")]
+    Unknown(String),
+}
+
+impl Listen {
+    /// Parses `unix:PATH` or `tcp:ADDR:PORT`.
+    pub fn parse(s: &str) -> Result<Listen, ListenError> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            if p.is_empty() {
+                return Err(ListenError::NoPath);
+            }
+            return Ok(Listen::Unix(PathBuf::from(p)));
+        }
+        if let Some(a) = s.strip_prefix("tcp:") {
+            return a
+                .parse()
+                .map(Listen::Tcp)
+                .map_err(|_| ListenError::BadTcp(a.into()));
+        }
+        Err(ListenError::Unknown(s.into()))
+    }
+}
+
+/// What one client may hold of the server.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections served at once; more are closed at once (qemu-nbd's default is 100).
+    pub max_connections: usize,
+    /// Time a client has from connecting to the end of the handshake (qemu-nbd: 10 s).
+    pub handshake_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 100,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a unix socket could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// Something that is not a socket is at the path: never removed.
+    #[error("{0} exists and is not a socket: remove it or choose another path")]
+    NotASocket(PathBuf),
+    /// A server is listening there already.
+    #[error("{0} is in use by a running server: stop it or choose another path")]
+    InUse(PathBuf),
+    /// The system refused.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// The step.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Binds a unix socket at `path`, 0600 from the start (no window in which another user can connect):
+/// a stale socket left by a dead server is replaced, anything else at the path is left alone.
+pub fn bind_unix(path: &Path) -> Result<UnixListener, SocketError> {
+    let io = |what, source| SocketError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| io("creating the directory of", e))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(SocketError::NotASocket(path.to_path_buf()))
+        }
+        Ok(_) => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(SocketError::InUse(path.to_path_buf()));
+            }
+            std::fs::remove_file(path).map_err(|e| io("removing the stale socket", e))?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("looking at", e)),
+    }
+    use nix::sys::stat::{umask, Mode};
+    let old = umask(Mode::from_bits_truncate(0o177));
+    let l = UnixListener::bind(path);
+    umask(old);
+    l.map_err(|e| io("binding", e))
+}
+
+/// A client's connection.
+pub(super) enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    pub(super) fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(nb),
+            Stream::Tcp(s) => s.set_nonblocking(nb),
+        }
+    }
+    pub(super) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(t).and(s.set_write_timeout(t)),
+            Stream::Tcp(s) => s.set_read_timeout(t).and(s.set_write_timeout(t)),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(b),
+            Stream::Tcp(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(b),
+            Stream::Tcp(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// A stream whose every read and write must end by `deadline`: a client dribbling one byte at a
+/// time cannot stretch the handshake.
+pub(super) struct Timed<'a> {
+    pub(super) s: &'a mut Stream,
+    pub(super) deadline: Instant,
+}
+
+fn late() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the client did not finish the handshake in time (--handshake-timeout)",
+    )
+}
+
+impl Timed<'_> {
+    fn arm(&self) -> io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late());
+        }
+        self.s.set_timeouts(Some(left))
+    }
+}
+
+fn timed_out<T>(r: io::Result<T>) -> io::Result<T> {
+    r.map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => late(),
+        _ => e,
+    })
+}
+
+impl Read for Timed<'_> {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        self.arm()?;
+        timed_out(self.s.read(b))
+    }
+}
+
+impl Write for Timed<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.arm()?;
+        timed_out(self.s.write(b))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// At most one log line per `every` for a condition a client can cause at will; counts the rest.
+pub struct RateLimit {
+    every: Duration,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimit {
+    /// A limit of one line per `every`.
+    pub const fn new(every: Duration) -> Self {
+        RateLimit {
+            every,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(lines suppressed since the last one)` when a line may be logged now.
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
+        if self.last.is_some_and(|t| now.duration_since(t) < self.every) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Counts a connection while it lives.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Accepts connections until the process ends, handing each to `conn` on a thread of its own.
+pub(super) fn accept_loop(
+    mut accept: impl FnMut() -> io::Result<Stream>,
+    limits: Limits,
+    conn: impl Fn(Stream) + Send + Sync + 'static,
+) -> ! {
+    let conn = Arc::new(conn);
+    let live = Arc::new(AtomicUsize::new(0));
+    let mut backoff = Duration::ZERO;
+    let mut errors = RateLimit::new(Duration::from_secs(10));
+    let mut refusals = RateLimit::new(Duration::from_secs(10));
+    loop {
+        let s = match accept() {
+            Ok(s) => {
+                backoff = Duration::ZERO;
+                s
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // EMFILE, ENFILE, ENOBUFS, ECONNABORTED...: none is a reason to stop serving
+                backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                if let Some(n) = errors.allow(Instant::now()) {
+                    tracing::warn!(
+                        "NBD: accepting a connection failed: {e} ({n} more since the last line); \
+                         retrying in {backoff:?} (raise LimitNOFILE if this is EMFILE)"
+                    );
+                }
+                std::thread::sleep(backoff);
+                continue;
+            }
+        };
+        if live.load(Ordering::Acquire) >= limits.max_connections {
+            if let Some(n) = refusals.allow(Instant::now()) {
+                tracing::warn!(
+                    "NBD: connection refused: {} connections already served (--max-connections; \
+                     {n} more refused since the last line)",
+                    limits.max_connections
+                );
+            }
+            continue; // dropping the stream closes it
+        }
+        live.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(live.clone());
+        let conn = conn.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nbd-conn".into())
+            .spawn(move || {
+                let _slot = slot;
+                conn(s)
+            });
+        if let Err(e) = spawned {
+            if let Some(n) = errors.allow(Instant::now()) {
+                tracing::warn!("NBD: no thread for a new connection ({e}; {n} more since the last line): connection closed");
+            }
+        }
+    }
+}
+
+/// Listens on `listen` and runs `conn` for each connection until the process ends; `ready` runs
+/// once the socket accepts.
+pub(super) fn serve(
+    listen: &Listen,
+    limits: Limits,
+    ready: impl FnOnce(),
+    conn: impl Fn(Stream) + Send + Sync + 'static,
+) -> io::Result<()> {
+    match listen {
+        Listen::Unix(path) => {
+            let l = bind_unix(path).map_err(io::Error::other)?;
+            ready();
+            accept_loop(|| l.accept().map(|(s, _)| Stream::Unix(s)), limits, conn)
+        }
+        Listen::Tcp(addr) => {
+            tracing::warn!("NBD over TCP on {addr} is unauthenticated: anyone who can reach it can read and write the LUN");
+            let l = TcpListener::bind(addr)?;
+            ready();
+            accept_loop(
+                || {
+                    let (s, _) = l.accept()?;
+                    let _ = s.set_nodelay(true);
+                    Ok(Stream::Tcp(s))
+                },
+                limits,
+                conn,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_specs() {
+        assert_eq!(
+            Listen::parse("unix:/tmp/x.sock"),
+            Ok(Listen::Unix("/tmp/x.sock".into()))
+        );
+        assert_eq!(
+            Listen::parse("tcp:127.0.0.1:10809"),
+            Ok(Listen::Tcp("127.0.0.1:10809".parse().unwrap()))
+        );
+        assert!(Listen::parse("tcp:localhost").is_err());
+        assert!(Listen::parse("unix:").is_err());
+        assert!(Listen::parse("/tmp/x").is_err());
+    }
+
+    #[test]
+    fn rate_limit_counts_what_it_drops() {
+        let mut r = RateLimit::new(Duration::from_secs(10));
+        let t = Instant::now();
+        assert_eq!(r.allow(t), Some(0));
+        assert_eq!(r.allow(t + Duration::from_secs(1)), None);
+        assert_eq!(r.allow(t + Duration::from_secs(2)), None);
+        assert_eq!(r.allow(t + Duration::from_secs(11)), Some(2));
+    }
+
+    #[test]
+    fn a_socket_is_private_from_the_start_and_nothing_else_is_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("srp-ublk-listen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("s.sock");
+        let l = bind_unix(&p).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(matches!(bind_unix(&p), Err(SocketError::InUse(_))));
+        drop(l); // a stale socket: replaced
+        drop(bind_unix(&p).unwrap());
+        let f = dir.join("file");
+        std::fs::write(&f, b"keep").unwrap();
+        let e = bind_unix(&f).unwrap_err();
+        assert!(matches!(e, SocketError::NotASocket(_)), "{e}");
+        assert!(e.to_string().contains("is not a socket"));
+        assert_eq!(std::fs::read(&f).unwrap(), b"keep");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
