@@ -76,6 +76,10 @@ pub struct AddArgs {
     /// from its state file, without a login; the channels log in as they reconnect.
     #[arg(long, hide = true, requires = "recover")]
     pub handover_since: Option<u64>,
+    /// The targets.d name that attaches this device (what `up NAME` passes; `down NAME` removes
+    /// only NAME's devices).
+    #[arg(long, hide = true)]
+    pub owner: Option<String>,
 }
 
 impl AddArgs {
@@ -327,6 +331,8 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
         (None, _) => demo_source(a)?,
     };
     state.pid = std::process::id();
+    state.pid_start = srp_ublk::session::state::ProcStat::own().map(|s| s.start);
+    state.owner = a.owner.clone();
     state.poll = format!("{:?}", a.poll).to_lowercase();
     state.timers = Some(a.timers()?);
     state.log = std::env::var(LOG_ENV).unwrap_or_default();
@@ -553,6 +559,20 @@ fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, D
             .collect(),
         ..Default::default()
     };
+    if a.recover {
+        // the device's I/O must not move to another disk because the target's LUN mapping changed
+        let id = u32::try_from(a.id).context("--recover needs the device id: -n N")?;
+        if let Ok(old) = DeviceState::read(&DeviceState::path(id)) {
+            old.same_lun(&state).with_context(|| {
+                format!(
+                    "/dev/ublkb{id} not taken over: LUN {} of {target} is not the LUN it served; \
+                     it stays quiesced with its I/O held. Map the LUN back on the target and run \
+                     `srp-ublk recover -n {id}`, or give the device up with `srp-ublk del -n {id}`",
+                    state.lun
+                )
+            })?;
+        }
+    }
     Ok((UblkSource::Srp(Box::new(session)), state))
 }
 

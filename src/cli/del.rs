@@ -4,6 +4,8 @@
 use anyhow::bail;
 use clap::Args;
 use srp_ublk::session::state::DeviceState;
+use super::daemon;
+use nix::sys::signal::Signal::SIGTERM;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -51,32 +53,32 @@ pub fn run(a: DelArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn gone(d: &DeviceState) -> bool {
-    !d.daemon_alive()
-        && !Path::new(&d.bdev).exists()
-        && !Path::new(&format!("/dev/ublkc{}", d.dev_id)).exists()
+fn nodes_gone(d: &DeviceState) -> bool {
+    !Path::new(&d.bdev).exists() && !Path::new(&format!("/dev/ublkc{}", d.dev_id)).exists()
 }
 
+/// Deletes `d`: its daemon, when it runs, logs the channels out and removes the device; a device
+/// whose daemon is gone (or whose pid now names another process, never signalled) is removed here
+/// at once.
 pub(crate) fn del_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<()> {
-    if d.daemon_alive() {
-        let pid = nix::unistd::Pid::from_raw(d.pid as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM)?;
-    }
     let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if gone(d) {
-            DeviceState::remove(d.dev_id);
-            return Ok(());
+    if daemon::alive(d) {
+        daemon::signal(d, SIGTERM)?;
+        while daemon::alive(d) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
         }
-        std::thread::sleep(Duration::from_millis(100));
     }
-    if !d.daemon_alive() {
-        // the daemon died and left the device behind: remove it ourselves
-        if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(d.dev_id as i32) {
+    let running = daemon::alive(d);
+    if !running {
+        // the daemon left the device behind (or is exiting as it removes it): remove it ourselves
+        if let Some(c) = daemon::ctrl(d.dev_id) {
             let _ = c.kill_dev();
             let _ = c.del_dev();
         }
-        if gone(d) {
+        while !nodes_gone(d) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if nodes_gone(d) {
             DeviceState::remove(d.dev_id);
             return Ok(());
         }
@@ -86,7 +88,7 @@ pub(crate) fn del_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<()> 
          check `fuser -m {}` and the daemon log {}",
         d.bdev,
         d.pid,
-        if d.daemon_alive() { "running" } else { "gone" },
+        if running { "running" } else { "gone" },
         d.bdev,
         d.log
     )

@@ -33,7 +33,7 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
             .iter()
             .map(|d| {
                 let mut j = serde_json::to_value(d).unwrap_or_default();
-                j["state"] = if d.daemon_alive() {
+                j["state"] = if super::daemon::alive(d) {
                     "running"
                 } else {
                     "daemon gone"
@@ -67,16 +67,15 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
             d.queues.len(),
             d.depth,
             d.poll,
-            if d.daemon_alive() {
-                "running"
-            } else {
-                "DAEMON GONE"
-            },
+            super::daemon::describe(&d),
             d.pid
         );
         println!("    target {}", d.target);
         if let Some(u) = &d.unit {
             println!("    unit {u}");
+        }
+        if let Some(o) = &d.owner {
+            println!("    attached by {o} (srp-ublk up)");
         }
         if let Some(w) = &d.wwid {
             println!("    wwid {w}");

@@ -28,7 +28,7 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
     let devs: Vec<DeviceState> = if a.all {
         DeviceState::all()
             .into_iter()
-            .filter(|d| !d.daemon_alive())
+            .filter(|d| !super::daemon::alive(d))
             .collect()
     } else {
         let id = a.id.unwrap_or(0);
@@ -39,7 +39,7 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
                 DeviceState::path(id).display()
             );
         };
-        if d.daemon_alive() {
+        if super::daemon::alive(&d) {
             bail!(
                 "/dev/ublkb{id} is served by a running daemon (pid {}): nothing to recover",
                 d.pid
@@ -86,6 +86,9 @@ pub(crate) fn argv(d: &DeviceState) -> Vec<OsString> {
         d.dev_id.to_string(),
         "--recover".into(),
     ];
+    if let Some(o) = &d.owner {
+        v.extend(["--owner".into(), o.clone()]);
+    }
     if !d.poll.is_empty() {
         v.extend(["--poll".into(), d.poll.clone()]);
     }
@@ -123,6 +126,7 @@ mod tests {
                 dev_loss_tmo: Some(60),
             }),
             queues: vec![Default::default(); 2],
+            owner: Some("lab".into()),
             ..Default::default()
         };
         let mut args = vec![OsString::from("srp-ublk")];
@@ -139,6 +143,7 @@ mod tests {
         assert_eq!(a.timers().unwrap(), d.timers.unwrap());
         assert_eq!(a.target.as_deref(), Some(d.target.as_str()));
         assert_eq!(a.handover_since, None);
+        assert_eq!(a.owner.as_deref(), Some("lab"));
         // what a daemon whose RDMA device is being removed execs (cli::add::hand_over)
         let mut args = vec![OsString::from("srp-ublk")];
         args.extend(argv(&d));

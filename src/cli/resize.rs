@@ -29,15 +29,14 @@ pub fn run(a: ResizeArgs) -> anyhow::Result<()> {
     if before.rdma_device.is_empty() {
         bail!("/dev/ublkb{id} is a demo backend: it has no LUN whose capacity could change");
     }
-    if !before.daemon_alive() {
+    if !super::daemon::alive(&before) {
         bail!(
-            "/dev/ublkb{id} has no daemon (pid {} is gone): `srp-ublk recover -n {id}` first",
-            before.pid
+            "/dev/ublkb{id} has no daemon ({}): `srp-ublk recover -n {id}` first",
+            super::daemon::describe(&before)
         );
     }
-    let pid = nix::unistd::Pid::from_raw(before.pid as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::SIGHUP)
-        .with_context(|| format!("signalling the daemon of /dev/ublkb{id} (pid {pid})"))?;
+    super::daemon::signal(&before, nix::sys::signal::SIGHUP)
+        .with_context(|| format!("signalling the daemon of /dev/ublkb{id}"))?;
     let deadline = Instant::now() + Duration::from_secs(a.timeout);
     let after = loop {
         std::thread::sleep(Duration::from_millis(200));

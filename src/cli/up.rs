@@ -192,7 +192,7 @@ fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
     let mut ids = Vec::new();
     for lun in luns(c)? {
         match device_of(c, lun) {
-            Some(d) if d.daemon_alive() => {
+            Some(d) if super::daemon::alive(&d) => {
                 if !quiet {
                     println!("{}: LUN {lun} is up: {}", c.name, d.bdev)
                 }
@@ -209,6 +209,7 @@ fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
                 let mut argv: Vec<std::ffi::OsString> = vec!["add".into()];
                 argv.extend(without_lun(&conf));
                 argv.extend(["--lun".into(), lun.to_string().into()]);
+                argv.extend(["--owner".into(), c.name.clone().into()]);
                 print!("{}: LUN {lun}: ", c.name);
                 spawn_daemon(&argv, c.add.session.timeout, false)?;
             }
@@ -258,7 +259,7 @@ pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
         let mut changed = false;
         for id in &ids {
             match DeviceState::read(&DeviceState::path(*id)) {
-                Ok(d) if !d.daemon_alive() => bail!(
+                Ok(d) if !super::daemon::alive(&d) => bail!(
                     "{} lost its daemon (pid {}): exiting so that systemd restarts the unit, \
                      which recovers it",
                     d.bdev,
@@ -317,6 +318,18 @@ pub fn run_down(a: DownArgs) -> anyhow::Result<()> {
     for n in names(&a.names)? {
         let c = read_conf(&n)?;
         for d in DeviceState::of_nexus(&c.target) {
+            if d.owner.as_deref() != Some(n.as_str()) {
+                // another target file's device, or one added by hand, on the same I_T nexus
+                println!(
+                    "{n}: left {} (LUN {}) alone: {}",
+                    d.bdev,
+                    d.lun,
+                    d.owner
+                        .as_deref()
+                        .map_or("added by hand".into(), |o| format!("attached by '{o}'"))
+                );
+                continue;
+            }
             match super::del::del_one(&d, Duration::from_secs(a.timeout)) {
                 Ok(()) => println!("{n}: deleted {}", d.bdev),
                 Err(e) => {

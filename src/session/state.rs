@@ -49,6 +49,13 @@ pub struct DeviceState {
     pub bdev: String,
     /// The serving daemon's pid.
     pub pid: u32,
+    /// The daemon's start time (clock ticks after boot, `/proc/PID/stat` field 22): a process that
+    /// got the pid after the daemon died has another. Absent in files of older versions.
+    #[serde(default)]
+    pub pid_start: Option<u64>,
+    /// Who attached the device: the targets.d name `up` brought it up for; `None` for a manual `add`.
+    #[serde(default)]
+    pub owner: Option<String>,
     /// The normalized target string.
     pub target: String,
     /// The LUN.
@@ -168,13 +175,70 @@ impl DeviceState {
             .collect()
     }
 
-    /// Whether the serving daemon is alive.
-    pub fn daemon_alive(&self) -> bool {
+    /// Whether the process `pid` names is this device's srp-ublk daemon, by what `/proc` says of it
+    /// (the kernel's own record of the ublk server is the caller's to check).
+    pub fn daemon(&self) -> Daemon {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid));
+        let Some(st) = stat.ok().and_then(|s| ProcStat::parse(&s)) else {
+            return Daemon::Gone;
+        };
         // a zombie (killed, not yet reaped by its parent: `up --supervise` is one) is dead too
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .ok()
-            .and_then(|s| proc_state(&s))
-            .is_some_and(|st| st != 'Z' && st != 'X')
+        if st.state == 'Z' || st.state == 'X' {
+            return Daemon::Gone;
+        }
+        match self.pid_start {
+            Some(t) if t != st.start => {
+                return Daemon::Other(format!(
+                    "pid {} started at tick {}, the daemon at {t}: the pid was reused",
+                    self.pid, st.start
+                ))
+            }
+            Some(_) => {}
+            // an older file: the process name at least
+            None if st.comm != "srp-ublk" => {
+                return Daemon::Other(format!("pid {} is '{}', not srp-ublk", self.pid, st.comm))
+            }
+            None => {}
+        }
+        match std::fs::read_link(format!("/proc/{}/exe", self.pid)) {
+            Ok(exe) if !is_srp_ublk(&exe) => {
+                Daemon::Other(format!("pid {} runs {}, not srp-ublk", self.pid, exe.display()))
+            }
+            _ => Daemon::Alive,
+        }
+    }
+
+    /// Checks that `now` (a fresh login's view) is the LUN this device served: the same WWID (or,
+    /// without one, serial), size and logical block size.
+    pub fn same_lun(&self, now: &DeviceState) -> Result<(), LunChanged> {
+        let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
+        let differ = |what, was: String, now: String| {
+            if was == now {
+                Ok(())
+            } else {
+                Err(LunChanged { what, was, now })
+            }
+        };
+        if self.wwid.is_some() {
+            differ("WWID", show(&self.wwid), show(&now.wwid))?;
+        } else if self.serial.is_some() {
+            differ("serial", show(&self.serial), show(&now.serial))?;
+        }
+        differ(
+            "size",
+            format!("{} bytes", self.size),
+            format!("{} bytes", now.size),
+        )?;
+        differ(
+            "logical block size",
+            self.block_size.to_string(),
+            now.block_size.to_string(),
+        )
+    }
+
+    /// Whether the serving daemon is alive ([`DeviceState::daemon`]).
+    pub fn daemon_alive(&self) -> bool {
+        self.daemon() == Daemon::Alive
     }
 
     /// Removes the state file.
@@ -183,20 +247,158 @@ impl DeviceState {
     }
 }
 
-/// The state letter of a /proc/PID/stat line ("123 (comm) S ..."; comm may hold spaces and ')').
-fn proc_state(stat: &str) -> Option<char> {
-    stat.rsplit_once(") ")?.1.chars().next()
+/// The LUN a login found is not the one a device served.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("its {what} was {was}, the LUN's is now {now}")]
+pub struct LunChanged {
+    /// What differs: WWID, serial, size or logical block size.
+    pub what: &'static str,
+    /// The device's.
+    pub was: String,
+    /// The LUN's now.
+    pub now: String,
+}
+
+/// What a state file's pid is now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Daemon {
+    /// The device's daemon, running.
+    Alive,
+    /// No such process, or a zombie.
+    Gone,
+    /// Another process has the pid (the text says how it differs): never signalled, and the device
+    /// counts as having lost its daemon.
+    Other(String),
+}
+
+/// The fields of a `/proc/PID/stat` line that identify a process.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The command name (may hold spaces and ')').
+    pub comm: String,
+    /// The state letter.
+    pub state: char,
+    /// Start time in clock ticks after boot (field 22).
+    pub start: u64,
+}
+
+impl ProcStat {
+    /// Parses "123 (comm) S ppid ...": comm runs to the last ')'.
+    pub fn parse(stat: &str) -> Option<ProcStat> {
+        let (head, rest) = stat.rsplit_once(") ")?;
+        let comm = head.split_once(" (")?.1.to_string();
+        let mut f = rest.split_ascii_whitespace();
+        let state = f.next()?.chars().next()?;
+        // rest starts at field 3 (state); start time is field 22
+        let start = f.nth(18)?.parse().ok()?;
+        Some(ProcStat { comm, state, start })
+    }
+
+    /// This process's own.
+    pub fn own() -> Option<ProcStat> {
+        ProcStat::parse(&std::fs::read_to_string("/proc/self/stat").ok()?)
+    }
+}
+
+/// Whether an executable's path is an srp-ublk binary (also once replaced on disk: " (deleted)").
+fn is_srp_ublk(exe: &Path) -> bool {
+    exe.file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("srp-ublk"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const TAIL: &str = "1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 123456 2000000 300";
+
     #[test]
-    fn proc_state_after_the_last_paren() {
-        assert_eq!(proc_state("42 (srp-ublk) S 1 42"), Some('S'));
-        assert_eq!(proc_state("42 (a) b) Z 1 42"), Some('Z'));
-        assert_eq!(proc_state("garbage"), None);
+    fn proc_stat_after_the_last_paren() {
+        let st = ProcStat::parse(&format!("42 (srp-ublk) S {TAIL}")).unwrap();
+        assert_eq!((st.comm.as_str(), st.state, st.start), ("srp-ublk", 'S', 123456));
+        let st = ProcStat::parse(&format!("42 (a) b) Z {TAIL}")).unwrap();
+        assert_eq!((st.comm.as_str(), st.state), ("a) b", 'Z'));
+        assert_eq!(ProcStat::parse("garbage"), None);
+        assert_eq!(ProcStat::parse("42 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn a_process_that_is_not_the_daemon_is_never_believed_alive() {
+        let me = ProcStat::own().unwrap();
+        let mut d = DeviceState {
+            pid: std::process::id(),
+            pid_start: Some(me.start + 1),
+            ..Default::default()
+        };
+        // the pid was reused: another start time
+        assert!(
+            matches!(d.daemon(), Daemon::Other(ref w) if w.contains("reused")),
+            "{:?}",
+            d.daemon()
+        );
+        // the right start time, but this test binary is not srp-ublk
+        d.pid_start = Some(me.start);
+        assert!(
+            matches!(d.daemon(), Daemon::Other(ref w) if w.contains("not srp-ublk")),
+            "{:?}",
+            d.daemon()
+        );
+        // an older file without a start time: the name decides
+        d.pid_start = None;
+        assert!(matches!(d.daemon(), Daemon::Other(_)));
+        assert!(!d.daemon_alive());
+        d.pid = u32::MAX >> 10; // no such process
+        assert_eq!(d.daemon(), Daemon::Gone);
+        assert!(is_srp_ublk(Path::new("/usr/sbin/srp-ublk (deleted)")));
+        assert!(!is_srp_ublk(Path::new("/usr/bin/sleep")));
+    }
+
+    #[test]
+    fn a_lun_with_another_identity_is_not_the_device_s() {
+        let was = DeviceState {
+            wwid: Some("naa.6001405abc".into()),
+            serial: Some("s1".into()),
+            size: 32 << 20,
+            block_size: 512,
+            ..Default::default()
+        };
+        assert_eq!(was.same_lun(&was.clone()), Ok(()));
+        let e = was
+            .same_lun(&DeviceState {
+                wwid: Some("naa.6001405def".into()),
+                ..was.clone()
+            })
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "its WWID was naa.6001405abc, the LUN's is now naa.6001405def"
+        );
+        let e = was
+            .same_lun(&DeviceState {
+                size: 16 << 20,
+                ..was.clone()
+            })
+            .unwrap_err();
+        assert_eq!(e.what, "size");
+        let e = was
+            .same_lun(&DeviceState {
+                block_size: 4096,
+                ..was.clone()
+            })
+            .unwrap_err();
+        assert_eq!(e.what, "logical block size");
+        let no_wwid = DeviceState {
+            wwid: None,
+            ..was.clone()
+        };
+        let e = no_wwid
+            .same_lun(&DeviceState {
+                wwid: None,
+                serial: Some("s2".into()),
+                ..was.clone()
+            })
+            .unwrap_err();
+        assert_eq!(e.what, "serial");
     }
 
     #[test]

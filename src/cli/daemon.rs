@@ -1,0 +1,73 @@
+//! Who a state file's pid is: checked against `/proc` ([`DeviceState::daemon`]) and against the
+//! kernel's record of the device's ublk server, before any command believes it alive or signals it.
+
+use anyhow::bail;
+use nix::sys::signal::Signal;
+use srp_ublk::session::state::{Daemon, DeviceState};
+
+/// `d`'s daemon: [`DeviceState::daemon`], and the kernel's `ublksrv_pid` of the device (where the
+/// device exists) must be the same pid.
+pub(crate) fn daemon_of(d: &DeviceState) -> Daemon {
+    let proc = d.daemon();
+    if proc != Daemon::Alive {
+        return proc;
+    }
+    if let Some(c) = ctrl(d.dev_id) {
+        let k = c.dev_info().ublksrv_pid;
+        if k > 0 && k as u32 != d.pid {
+            return Daemon::Other(format!(
+                "the kernel's ublk server of /dev/ublkb{} is pid {k}, not {}",
+                d.dev_id, d.pid
+            ));
+        }
+    }
+    Daemon::Alive
+}
+
+/// The kernel's control handle of device `id`, if it exists. libublk prints "device reload json
+/// failed" on stderr for a device it did not start in this process (its JSON lives with the daemon);
+/// the CLI's stderr is the administrator's, so it is pointed at /dev/null for the call. The CLI is
+/// single-threaded here: nothing else writes to stderr meanwhile.
+pub(crate) fn ctrl(id: u32) -> Option<libublk::ctrl::UblkCtrl> {
+    use nix::unistd::{close, dup, dup2};
+    use std::os::fd::AsRawFd;
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").ok();
+    let saved = null
+        .as_ref()
+        .and_then(|n| dup(2).ok().map(|s| (s, dup2(n.as_raw_fd(), 2))));
+    let c = libublk::ctrl::UblkCtrl::new_simple(id as i32).ok();
+    if let Some((s, _)) = saved {
+        let _ = dup2(s, 2);
+        let _ = close(s);
+    }
+    c
+}
+
+/// Whether `d`'s daemon runs ([`daemon_of`]).
+pub(crate) fn alive(d: &DeviceState) -> bool {
+    daemon_of(d) == Daemon::Alive
+}
+
+/// What `list` says of the daemon.
+pub(crate) fn describe(d: &DeviceState) -> String {
+    match daemon_of(d) {
+        Daemon::Alive => "running".into(),
+        Daemon::Gone => "DAEMON GONE".into(),
+        Daemon::Other(why) => format!("DAEMON GONE ({why})"),
+    }
+}
+
+/// Signals `d`'s daemon, only once it is proven to be that daemon.
+pub(crate) fn signal(d: &DeviceState, sig: Signal) -> anyhow::Result<()> {
+    match daemon_of(d) {
+        Daemon::Alive => {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.pid as i32), sig)?;
+            Ok(())
+        }
+        Daemon::Gone => bail!("{}'s daemon (pid {}) is gone", d.bdev, d.pid),
+        Daemon::Other(why) => bail!(
+            "{}'s daemon is gone and its pid now names another process ({why}): not signalled",
+            d.bdev
+        ),
+    }
+}
