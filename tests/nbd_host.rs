@@ -408,7 +408,8 @@ fn a_trim_larger_than_one_command_is_done_whole_and_answered_once() {
     // TRIM 200 MiB from 0 (FUA: a sync after the last chunk), then WRITE_ZEROES 150 MiB over it
     c.write_all(&request(4, 1, 77, 0, 200 << 20)).unwrap();
     assert_eq!(reply(&mut c), (0, 77));
-    c.write_all(&request(6, 0, 78, 50 << 20, 150 << 20)).unwrap();
+    c.write_all(&request(6, 0, 78, 50 << 20, 150 << 20))
+        .unwrap();
     assert_eq!(reply(&mut c), (0, 78));
     for off in [0u64, 100 << 20, 199 << 20] {
         let (e, got) = read_at(&mut c, 1, off, 1 << 20);
@@ -452,8 +453,16 @@ fn a_client_that_does_not_finish_the_handshake_is_dropped() {
             break;
         }
     }
-    assert!(dropped, "a dribbling client was still connected after {:?}", t.elapsed());
-    assert!(t.elapsed() < Duration::from_secs(3), "dropped only after {:?}", t.elapsed());
+    assert!(
+        dropped,
+        "a dribbling client was still connected after {:?}",
+        t.elapsed()
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "dropped only after {:?}",
+        t.elapsed()
+    );
     let mut good = go(&s.sock, "d");
     assert_eq!(write_at(&mut good, 1, 0, &[7u8; 512]), 0);
 }
@@ -464,7 +473,10 @@ fn connections_past_the_limit_are_closed_and_the_served_ones_kept() {
     let mut a = go(&s.sock, "d");
     let mut b = go(&s.sock, "d");
     let mut c = connect(&s.sock);
-    assert!(closed_within(&mut c, Duration::from_secs(5)), "a third connection was served");
+    assert!(
+        closed_within(&mut c, Duration::from_secs(5)),
+        "a third connection was served"
+    );
     assert_eq!(write_at(&mut a, 1, 0, &[1u8; 512]), 0);
     drop(b.write_all(&request(2, 0, 0, 0, 0))); // NBD_CMD_DISC
     drop(b);
@@ -476,7 +488,10 @@ fn connections_past_the_limit_are_closed_and_the_served_ones_kept() {
         if d.read_exact(&mut g).is_ok() {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "no slot after a client left");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no slot after a client left"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(read_at(&mut a, 2, 0, 512).1, vec![1u8; 512]);
@@ -498,11 +513,17 @@ fn more_idle_clients_than_descriptors_do_not_stop_the_server() {
             drop(c);
             break go(&s.sock, "d");
         }
-        assert!(t.elapsed() < Duration::from_secs(60), "the server stopped serving");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the server stopped serving"
+        );
     };
     assert_eq!(write_at(&mut good, 1, 4096, &[9u8; 4096]), 0);
     assert_eq!(read_at(&mut good, 2, 4096, 4096).1, vec![9u8; 4096]);
     drop(idle);
     let mut server = s;
-    assert!(server.child.try_wait().unwrap().is_none(), "the server exited");
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server exited"
+    );
 }

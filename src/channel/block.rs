@@ -132,7 +132,11 @@ pub fn to_scsi(
             data: DataDir::In(buf.prefix(len)),
         }),
         BlockOp::Write { fua } => Ok(ScsiCmd {
-            cdb: Cdb::write16(lba, blocks, fua && geo.cache.fua_write() == FuaWrite::FuaBit),
+            cdb: Cdb::write16(
+                lba,
+                blocks,
+                fua && geo.cache.fua_write() == FuaWrite::FuaBit,
+            ),
             data: DataDir::Out(buf.prefix(len)),
         }),
         BlockOp::Discard => {

@@ -51,6 +51,29 @@ pub struct ChannelConfig {
     pub max_retries: u8,
 }
 
+/// How far a command may go round reconnects before it fails with EIO: the SCSI midlayer bounds
+/// a command by retries and a total time; without this, a target that accepts every login and
+/// then drops the channel again would keep held commands going round for ever (each login
+/// restarts fast_io_fail_tmo).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReissueLimit {
+    /// Re-issues after a reconnect allowed (sd's SD_MAX_RETRIES is 5).
+    pub max_reissues: u8,
+    /// Time from a command's first hold after which it is not sent again (fast_io_fail_tmo;
+    /// `None`: no bound in time).
+    pub max_held_ms: Option<u64>,
+}
+
+impl ReissueLimit {
+    /// The limit for a channel under `fast_io_fail` (ms; `None` when off).
+    pub fn new(fast_io_fail_ms: Option<u64>) -> ReissueLimit {
+        ReissueLimit {
+            max_reissues: 5,
+            max_held_ms: fast_io_fail_ms,
+        }
+    }
+}
+
 /// Why a channel stopped carrying I/O.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DownReason {
@@ -207,6 +230,10 @@ struct TagEntry {
     submitted: u64,
     /// When it was last sent (ms), for its timeout.
     sent: u64,
+    /// When the channel first went down under it (ms), for [`ReissueLimit::max_held_ms`].
+    held_since: Option<u64>,
+    /// Times it was carried to a new login.
+    reissued: u8,
 }
 
 /// A command out this long is aborted (the SCSI layer's default command timeout).
@@ -278,6 +305,8 @@ impl<T: Transport> Channel<T> {
             rsp: None,
             submitted: 0,
             sent: 0,
+            held_since: None,
+            reissued: 0,
         };
         Channel {
             t,
@@ -374,6 +403,8 @@ impl<T: Transport> Channel<T> {
         e.retries = 0;
         e.rsp = None;
         e.submitted = self.now;
+        e.reissued = 0;
+        e.held_since = self.down.is_some().then_some(self.now);
         if self.busy == 0 {
             self.last_wc = self.now;
         }
@@ -482,6 +513,10 @@ impl<T: Transport> Channel<T> {
         if self.down.is_none() {
             tracing::warn!("SRP channel down: {reason}");
             self.down = Some(reason);
+            let now = self.now;
+            for e in self.tags.iter_mut().filter(|e| e.state != TagState::Idle) {
+                e.held_since.get_or_insert(now);
+            }
         }
     }
 
@@ -948,6 +983,7 @@ impl<T: Transport> Channel<T> {
             let e = &mut self.tags[usize::from(tag)];
             e.state = TagState::Waiting;
             e.rsp = None;
+            e.reissued = e.reissued.saturating_add(1);
             e.cmd.data = match e.cmd.data {
                 DataDir::None => DataDir::None,
                 DataDir::In(b) => DataDir::In(rekey(tag, b)),
@@ -969,9 +1005,44 @@ impl<T: Transport> Channel<T> {
         std::mem::replace(&mut self.t, t)
     }
 
-    /// Sends what [`Channel::reconnect`] kept, as credits allow.
-    pub fn resume(&mut self) {
+    /// Sends what [`Channel::reconnect`] kept, as credits allow, after failing with EIO each kept
+    /// command past `limit` at `now_ms` (re-issued too often, or first held too long ago); returns
+    /// how many were failed.
+    pub fn resume(
+        &mut self,
+        now_ms: u64,
+        limit: ReissueLimit,
+        done: &mut dyn FnMut(Done),
+    ) -> usize {
+        self.now = now_ms;
+        let over = |e: &TagEntry| {
+            e.reissued > limit.max_reissues
+                || limit
+                    .max_held_ms
+                    .zip(e.held_since)
+                    .is_some_and(|(max, since)| now_ms.saturating_sub(since) >= max)
+        };
+        let (failed, kept): (Vec<u16>, Vec<u16>) = self
+            .waiting
+            .drain(..)
+            .partition(|&t| over(&self.tags[usize::from(t)]));
+        self.waiting.extend(kept);
+        for &tag in &failed {
+            self.complete(tag, CmdOutcome::failed(errno::EIO), done);
+        }
+        if !failed.is_empty() {
+            tracing::warn!(
+                "{} command(s) failed with EIO instead of being re-issued again: re-issued more \
+                 than {} times, or first held {} ago or more (fast_io_fail_tmo)",
+                failed.len(),
+                limit.max_reissues,
+                limit
+                    .max_held_ms
+                    .map_or("-".into(), |m| format!("{} s", m / 1000))
+            );
+        }
         self.drain_waiting();
+        failed.len()
     }
 
     /// Fails every command that has not completed (after the channel went down), with `errno`.

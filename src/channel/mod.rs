@@ -12,8 +12,8 @@ mod engine;
 pub mod fake;
 
 pub use engine::{
-    Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, CMD_TIMEOUT_MS, STALL_MS,
-    TMF_TIMEOUT_MS,
+    Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, ReissueLimit,
+    CMD_TIMEOUT_MS, STALL_MS, TMF_TIMEOUT_MS,
 };
 
 use crate::wire::scsi::Cdb;

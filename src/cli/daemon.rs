@@ -31,7 +31,10 @@ pub(crate) fn daemon_of(d: &DeviceState) -> Daemon {
 pub(crate) fn ctrl(id: u32) -> Option<libublk::ctrl::UblkCtrl> {
     use nix::unistd::{close, dup, dup2};
     use std::os::fd::AsRawFd;
-    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").ok();
+    let null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .ok();
     let saved = null
         .as_ref()
         .and_then(|n| dup(2).ok().map(|s| (s, dup2(n.as_raw_fd(), 2))));

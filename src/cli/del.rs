@@ -1,11 +1,11 @@
 //! `srp-ublk del`: stop a device's daemon (which logs its channels out and removes the device), with
 //! bounded waits and a clear message when something does not go away.
 
+use super::daemon;
 use anyhow::bail;
 use clap::Args;
-use srp_ublk::session::state::DeviceState;
-use super::daemon;
 use nix::sys::signal::Signal::SIGTERM;
+use srp_ublk::session::state::DeviceState;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

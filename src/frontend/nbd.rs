@@ -20,8 +20,8 @@ mod listen;
 use crate::wire::nbd::{
     self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
 };
-use listen::{Stream, Timed};
 pub use listen::{bind_unix, Limits, Listen, ListenError, RateLimit, SocketError};
+use listen::{Stream, Timed};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
@@ -121,7 +121,14 @@ pub fn serve(
 
 fn connection(mut s: Stream, ex: &Export, handshake_timeout: Duration) -> io::Result<()> {
     let deadline = Instant::now() + handshake_timeout;
-    let Some(exec) = handshake(&mut Timed { s: &mut s, deadline }, ex)? else {
+    let Some(exec) = handshake(
+        &mut Timed {
+            s: &mut s,
+            deadline,
+        },
+        ex,
+    )?
+    else {
         return Ok(());
     };
     s.set_timeouts(None)?;
@@ -534,11 +541,14 @@ fn on_down(
             drop(old);
             *bufs = nb;
             ch.set_hold(false);
-            ch.resume();
+            let failed = ch.resume(clock_ms(), t.reissue_limit(), &mut |d| {
+                out.push((d.tag, Err(d.outcome.errno)))
+            });
+
             let down = rport.reconnected(now);
             tracing::warn!(
                 "NBD connection: reconnected after {down:.1?}; {} command(s) re-issued",
-                kept.len()
+                kept.len() - failed
             );
         }
         Err(e) => {
@@ -783,7 +793,15 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
                     tags[usize::from(tag)].next = Next::Reply;
                     exec.submit(tag, BlockOp::Flush, 0, 0).map(|()| true)
                 }
-                (Ok(()), Next::More { op, off, left, sync }) => {
+                (
+                    Ok(()),
+                    Next::More {
+                        op,
+                        off,
+                        left,
+                        sync,
+                    },
+                ) => {
                     let (op, len, next) = step(ex, op, off, left, sync);
                     tags[usize::from(tag)].next = next;
                     exec.submit(tag, op, off, len).map(|()| true)
@@ -918,7 +936,10 @@ mod tests {
         let ex = export(WriteCache::LEGACY);
         let (op, len, next) = step(&ex, BlockOp::Discard, 4096, 200 << 20, true);
         assert_eq!((op, len), (BlockOp::Discard, 64 << 20));
-        let Next::More { off, left, sync, .. } = next else {
+        let Next::More {
+            off, left, sync, ..
+        } = next
+        else {
             panic!("{next:?}")
         };
         assert_eq!((off, left, sync), (4096 + (64 << 20), 136 << 20, true));
@@ -928,7 +949,9 @@ mod tests {
             let (_, len, next) = step(&ex, BlockOp::Discard, off, left, sync);
             steps += 1;
             match next {
-                Next::More { off: o, left: l, .. } => (off, left) = (o, l),
+                Next::More {
+                    off: o, left: l, ..
+                } => (off, left) = (o, l),
                 Next::Sync => {
                     assert_eq!(off + u64::from(len), 4096 + (200 << 20));
                     break;

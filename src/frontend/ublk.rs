@@ -965,7 +965,7 @@ fn run_queue(
                 }
             }
             if on_down(qid, &q, &mut res, &mut link, status) {
-                reconnect(qid, &mut res, &mut link, status);
+                reconnect(qid, &q, &mut res, &mut link, status);
             }
             if !link.rport.is_up() && r.is_ok() {
                 std::thread::sleep(DOWN_TICK);
@@ -1045,7 +1045,7 @@ fn on_down(
 
 /// One reconnect attempt of a channel that is down: log in again, re-register the buffers and
 /// re-issue what was held, or try again after reconnect_delay.
-fn reconnect(qid: u16, res: &mut QueueRes, link: &mut Link, status: &QueueStatus) {
+fn reconnect(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status: &QueueStatus) {
     let now = Instant::now();
     let t = link.rport.timers;
     match relogin(&link.relogin, &res.bufs) {
@@ -1062,9 +1062,15 @@ fn reconnect(qid: u16, res: &mut QueueRes, link: &mut Link, status: &QueueStatus
                 });
             drop(old);
             res.data = data;
-            let held = res.ch.busy();
             res.ch.set_hold(false);
-            res.ch.resume();
+            let QueueRes {
+                ch, bufs, pending, ..
+            } = res;
+            let held = usize::from(ch.busy());
+            let failed = ch.resume(clock_ms(), t.reissue_limit(), &mut |d| {
+                commit(q, bufs, pending, d)
+            });
+            let held = held - failed;
             let down = link.rport.reconnected(now);
             status.reconnects.fetch_add(1, Relaxed);
             status.publish(&res.ch, link.state());

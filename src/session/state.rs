@@ -201,9 +201,11 @@ impl DeviceState {
             None => {}
         }
         match std::fs::read_link(format!("/proc/{}/exe", self.pid)) {
-            Ok(exe) if !is_srp_ublk(&exe) => {
-                Daemon::Other(format!("pid {} runs {}, not srp-ublk", self.pid, exe.display()))
-            }
+            Ok(exe) if !is_srp_ublk(&exe) => Daemon::Other(format!(
+                "pid {} runs {}, not srp-ublk",
+                self.pid,
+                exe.display()
+            )),
             _ => Daemon::Alive,
         }
     }
@@ -315,7 +317,10 @@ mod tests {
     #[test]
     fn proc_stat_after_the_last_paren() {
         let st = ProcStat::parse(&format!("42 (srp-ublk) S {TAIL}")).unwrap();
-        assert_eq!((st.comm.as_str(), st.state, st.start), ("srp-ublk", 'S', 123456));
+        assert_eq!(
+            (st.comm.as_str(), st.state, st.start),
+            ("srp-ublk", 'S', 123456)
+        );
         let st = ProcStat::parse(&format!("42 (a) b) Z {TAIL}")).unwrap();
         assert_eq!((st.comm.as_str(), st.state), ("a) b", 'Z'));
         assert_eq!(ProcStat::parse("garbage"), None);

@@ -120,6 +120,11 @@ impl Timers {
     pub fn fast_io_fail(&self) -> Option<Duration> {
         self.fast_io_fail_tmo.map(secs)
     }
+    /// How far a held command may go round reconnects ([`crate::channel::ReissueLimit`]): fast_io_fail_tmo from
+    /// its first hold.
+    pub fn reissue_limit(&self) -> crate::channel::ReissueLimit {
+        crate::channel::ReissueLimit::new(self.fast_io_fail().map(|d| d.as_millis() as u64))
+    }
     /// `dev_loss_tmo` as a duration.
     pub fn dev_loss(&self) -> Option<Duration> {
         self.dev_loss_tmo.map(secs)

@@ -405,7 +405,10 @@ fn reconnect_reissues_what_was_in_flight_and_what_was_held() {
         b
     });
     drop(old);
-    ch.resume();
+    assert_eq!(
+        ch.resume(0, ReissueLimit::new(Some(15_000)), &mut |_| {}),
+        0
+    );
     let done = drain(&mut ch);
     assert_eq!(done.len(), 3, "{done:?}");
     assert!(done.iter().all(|d| d.outcome.errno == 0), "{done:?}");
@@ -611,5 +614,72 @@ fn send_never_completing_takes_the_channel_down_at_the_timeout() {
         ch.down()
     );
     assert_eq!(ch.transport().tmfs.len(), 0);
+    assert_eq!(ch.busy(), 1);
+}
+
+/// The target drops the channel at `now` with what is outstanding unanswered; a new login follows.
+fn drop_and_relogin(ch: &mut Channel<FakeTarget>, now: u64) {
+    ch.set_clock(now);
+    ch.transport().send_t_logout();
+    drain(ch);
+    assert!(ch.down().is_some());
+    let mut new = ch.transport().successor();
+    new.faults.hold_rsps = true;
+    drop(ch.reconnect(new, 16, 8192, &mut |_, b| b));
+}
+
+#[test]
+fn a_command_re_issued_more_than_the_limit_fails_with_eio() {
+    // a target that accepts every login, then logs the channel out again with the write unanswered
+    let (mut ch, bufs) = setup(16);
+    ch.transport().faults.hold_rsps = true;
+    io(&mut ch, &bufs, 0, BlockOp::Write { fua: false }, 0, 4096);
+    let limit = ReissueLimit::new(None);
+    for round in 1..=5 {
+        drop_and_relogin(&mut ch, round * 1000);
+        let mut failed = Vec::new();
+        assert_eq!(ch.resume(round * 1000, limit, &mut |d| failed.push(d)), 0);
+        assert!(failed.is_empty(), "failed at re-issue {round}");
+        assert_eq!(ch.busy(), 1);
+    }
+    drop_and_relogin(&mut ch, 6000);
+    let mut failed = Vec::new();
+    assert_eq!(ch.resume(6000, limit, &mut |d| failed.push(d)), 1);
+    assert_eq!(failed.len(), 1);
+    assert_eq!((failed[0].tag, failed[0].outcome.errno), (0, errno::EIO));
+    assert_eq!(ch.busy(), 0);
+}
+
+#[test]
+fn fast_io_fail_counts_from_a_command_s_first_hold_not_the_last_login() {
+    let (mut ch, bufs) = setup(16);
+    ch.transport().faults.hold_rsps = true;
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 4096);
+    let limit = ReissueLimit::new(Some(15_000));
+    // down at 1 s, back at 5 s: re-issued; a command submitted after the login has its own clock
+    drop_and_relogin(&mut ch, 1000);
+    assert_eq!(ch.resume(5000, limit, &mut |_| {}), 0);
+    ch.set_clock(9000);
+    io(&mut ch, &bufs, 1, BlockOp::Read, 4096, 4096);
+    // down again at 10 s, back at 16.5 s: tag 0 was first held 15.5 s ago and fails; tag 1,
+    // first held at 10 s, is re-issued
+    drop_and_relogin(&mut ch, 10_000);
+    let mut failed = Vec::new();
+    assert_eq!(ch.resume(16_500, limit, &mut |d| failed.push(d)), 1);
+    assert_eq!((failed[0].tag, failed[0].outcome.errno), (0, errno::EIO));
+    assert_eq!(ch.busy(), 1);
+    // tag 1 stays first held at 10 s through another outage; tag 2, submitted while the channel
+    // is down (at 17 s), is held from then
+    ch.transport().send_t_logout();
+    drain(&mut ch);
+    ch.set_hold(true);
+    ch.set_clock(17_000);
+    io(&mut ch, &bufs, 2, BlockOp::Read, 8192, 4096);
+    let mut new = ch.transport().successor();
+    new.faults.hold_rsps = true;
+    drop(ch.reconnect(new, 16, 8192, &mut |_, b| b));
+    let mut failed = Vec::new();
+    assert_eq!(ch.resume(31_000, limit, &mut |d| failed.push(d)), 1);
+    assert_eq!(failed[0].tag, 1);
     assert_eq!(ch.busy(), 1);
 }

@@ -244,7 +244,10 @@ impl RateLimit {
 
     /// `Some(lines suppressed since the last one)` when a line may be logged now.
     pub fn allow(&mut self, now: Instant) -> Option<u64> {
-        if self.last.is_some_and(|t| now.duration_since(t) < self.every) {
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < self.every)
+        {
             self.suppressed += 1;
             return None;
         }
