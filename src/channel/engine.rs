@@ -285,6 +285,8 @@ pub struct Channel<T: Transport> {
     tmf_seq: u16,
     /// A LOGICAL UNIT RESET is out: nothing new is sent until it ends.
     paused: bool,
+    /// The log lines a target can trigger at will (AER_REQ, CRED/AER answers dropped).
+    noisy: crate::ratelimit::RateLimit,
 }
 
 const POLL_BATCH: usize = 32;
@@ -338,6 +340,7 @@ impl<T: Transport> Channel<T> {
             tmf: None,
             tmf_seq: 0,
             paused: false,
+            noisy: crate::ratelimit::RateLimit::new(std::time::Duration::from_secs(10)),
         }
     }
 
@@ -479,7 +482,12 @@ impl<T: Transport> Channel<T> {
             } else {
                 // the target keeps asking faster than any send completes: drop, as ib_srp does
                 self.stats.dropped_small += 1;
-                tracing::warn!("no send slot for a CRED/AER response; dropped");
+                if let Some(n) = self.noisy.allow(std::time::Instant::now()) {
+                    tracing::warn!(
+                        "no send slot for a CRED/AER response; dropped ({n} more target requests \
+                         left out of the log since the last line)"
+                    );
+                }
             }
             return;
         };
@@ -845,7 +853,12 @@ impl<T: Transport> Channel<T> {
             Recv::Aer(tag, delta, sense) => {
                 self.stats.aer_reqs += 1;
                 self.add_credits(delta);
-                tracing::info!("asynchronous event from the target: {sense:?}");
+                if let Some(n) = self.noisy.allow(std::time::Instant::now()) {
+                    tracing::info!(
+                        "asynchronous event from the target: {sense:?} ({n} more target requests \
+                         left out of the log since the last line)"
+                    );
+                }
                 self.send_small(TagOnly::aer_rsp(tag).encode());
             }
             Recv::Logout(reason) => self.set_down(DownReason::TargetLogout(reason)),

@@ -242,8 +242,8 @@ pub fn spawn_daemon(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let log = logs.join(format!("add-{stamp}-{}.log", std::process::id()));
-    let log_file =
-        std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let log_file = srp_ublk::session::state::create_new(&log, 0o640)
+        .with_context(|| format!("cannot create {}", log.display()))?;
     let mut child = Command::new(std::env::current_exe().context("cannot find my own executable")?)
         .args(argv)
         .env(DAEMON_ENV, "1")

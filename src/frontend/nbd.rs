@@ -20,7 +20,7 @@ mod listen;
 use crate::wire::nbd::{
     self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
 };
-pub use listen::{bind_unix, Limits, Listen, ListenError, RateLimit, SocketError};
+pub use listen::{bind_unix, Limits, Listen, ListenError, SocketError};
 use listen::{Stream, Timed};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};

@@ -6,14 +6,25 @@
 use super::state::DeviceState;
 use crate::wire::target::{hex16, TargetSpec, Transport};
 
-/// udev's whitespace rule for ID_VENDOR / ID_MODEL: trimmed, inner runs of blanks become `_`,
-/// anything outside printable ASCII is dropped.
+/// What udev's scsi_id does to every identifier a target sends (`udev_util_replace_whitespace`,
+/// then `udev_util_replace_chars`): trimmed, inner runs of whitespace become one `_`, and anything
+/// but `0-9A-Za-z#+-.:=@_` and non-ASCII letters becomes `_`. A target's bytes can then neither add
+/// a property line (IMPORT{program} reads `KEY=value` lines) nor leave `/dev/disk/by-id/`.
 fn udev_safe(s: &str) -> String {
     s.split_whitespace()
         .collect::<Vec<_>>()
         .join("_")
         .chars()
-        .filter(|c| c.is_ascii_graphic())
+        .map(|c| {
+            let ok = c.is_ascii_alphanumeric()
+                || "#+-.:=@_".contains(c)
+                || (!c.is_ascii() && !c.is_control());
+            if ok {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -24,7 +35,11 @@ pub fn udev_properties(d: &DeviceState) -> Vec<(&'static str, String)> {
         ("ID_VENDOR", udev_safe(&d.vendor)),
         ("ID_MODEL", udev_safe(&d.product)),
     ];
-    if let Some(w) = d.wwid.as_deref().filter(|w| w.len() > 1) {
+    let wwid = d.wwid.as_deref().map(udev_safe);
+    if let Some(w) = wwid
+        .as_deref()
+        .filter(|w| w.len() > 1 && w.is_char_boundary(1))
+    {
         p.push(("ID_SERIAL", w.to_string()));
         p.push(("ID_SERIAL_SHORT", w[1..].to_string()));
         // NAA designators (type 3) are the WWN: 8 bytes, or 16 with the vendor extension
@@ -102,6 +117,26 @@ mod tests {
             Some("srp-000000fffe770001-10_77_0_1_5555-lun-2")
         );
         assert_eq!(get("ID_SRP_LUN"), Some("2"));
+    }
+
+    #[test]
+    fn identifiers_a_target_sends_are_sanitised_as_scsi_id_does() {
+        let d = DeviceState {
+            vendor: " EVIL\tCO ".into(),
+            product: "disk/../../x\nID_FS_TYPE=ext4".into(),
+            serial: Some("a b/c\n".into()),
+            wwid: Some("8iqn.x/../y\nDEVLINKS=/dev/sda".into()),
+            ..lio_lun()
+        };
+        let p = udev_properties(&d);
+        let get = |k: &str| p.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("ID_VENDOR"), Some("EVIL_CO"));
+        assert_eq!(get("ID_MODEL"), Some("disk_.._.._x_ID_FS_TYPE=ext4"));
+        assert_eq!(get("ID_SCSI_SERIAL"), Some("a_b_c"));
+        assert_eq!(get("ID_SERIAL"), Some("8iqn.x_.._y_DEVLINKS=_dev_sda"));
+        for (k, v) in &p {
+            assert!(!v.contains(['/', '\n', ' ']), "{k}={v}");
+        }
     }
 
     #[test]

@@ -133,16 +133,21 @@ impl DeviceState {
         run_dir().join(format!("ublkb{dev_id}.json"))
     }
 
-    /// Writes the state file atomically.
+    /// Writes the state file atomically, 0600, through a new file: never through a link someone
+    /// left at the path.
     pub fn write(&self) -> std::io::Result<()> {
+        use std::io::Write;
         let dir = run_dir();
         std::fs::create_dir_all(&dir)?;
         let path = Self::path(self.dev_id);
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?,
-        )?;
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut f = create_new(&tmp, 0o600)?;
+        f.write_all(&serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?)?;
+        drop(f);
         std::fs::rename(tmp, path)
     }
 
@@ -247,6 +252,17 @@ impl DeviceState {
     pub fn remove(dev_id: u32) {
         let _ = std::fs::remove_file(Self::path(dev_id));
     }
+}
+
+/// Creates a file that did not exist, with `mode`: `O_EXCL` never follows a link at the path.
+pub fn create_new(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
 }
 
 /// The LUN a login found is not the one a device served.
@@ -431,7 +447,20 @@ mod tests {
             target: "t".into(),
             ..Default::default()
         };
+        // a link left at the temporary path is replaced, not followed
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("ublkb3.json.tmp")).unwrap();
         s.write().unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(DeviceState::path(3))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::remove_file(&victim).unwrap();
         assert_eq!(DeviceState::all(), vec![s.clone()]);
         DeviceState::remove(3);
         assert!(DeviceState::all().is_empty());

@@ -3,6 +3,7 @@
 //! with a back-off, connections are capped, a client has a deadline to finish the handshake, and a
 //! thread that cannot be created costs that connection only.
 
+use crate::ratelimit::RateLimit;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -225,37 +226,6 @@ impl Write for Timed<'_> {
     }
 }
 
-/// At most one log line per `every` for a condition a client can cause at will; counts the rest.
-pub struct RateLimit {
-    every: Duration,
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl RateLimit {
-    /// A limit of one line per `every`.
-    pub const fn new(every: Duration) -> Self {
-        RateLimit {
-            every,
-            last: None,
-            suppressed: 0,
-        }
-    }
-
-    /// `Some(lines suppressed since the last one)` when a line may be logged now.
-    pub fn allow(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < self.every)
-        {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
-
 /// Counts a connection while it lives.
 struct Slot(Arc<AtomicUsize>);
 
@@ -371,16 +341,6 @@ mod tests {
         assert!(Listen::parse("tcp:localhost").is_err());
         assert!(Listen::parse("unix:").is_err());
         assert!(Listen::parse("/tmp/x").is_err());
-    }
-
-    #[test]
-    fn rate_limit_counts_what_it_drops() {
-        let mut r = RateLimit::new(Duration::from_secs(10));
-        let t = Instant::now();
-        assert_eq!(r.allow(t), Some(0));
-        assert_eq!(r.allow(t + Duration::from_secs(1)), None);
-        assert_eq!(r.allow(t + Duration::from_secs(2)), None);
-        assert_eq!(r.allow(t + Duration::from_secs(11)), Some(2));
     }
 
     #[test]
