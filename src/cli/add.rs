@@ -332,6 +332,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     };
     state.pid = std::process::id();
     state.pid_start = srp_ublk::session::state::ProcStat::own().map(|s| s.start);
+    super::daemon::protect_from_reclaim();
     state.owner = a.owner.clone();
     state.poll = format!("{:?}", a.poll).to_lowercase();
     state.timers = Some(a.timers()?);

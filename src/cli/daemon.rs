@@ -74,3 +74,16 @@ pub(crate) fn signal(d: &DeviceState, sig: Signal) -> anyhow::Result<()> {
         ),
     }
 }
+
+/// What a process serving a block device must be to make progress when the kernel writes back
+/// through that device under memory pressure (as ublk servers for swap or file systems are told):
+/// PR_SET_IO_FLUSHER (its own allocations do not wait for I/O it serves) and out of the OOM
+/// killer's reach. Both need CAP_SYS_RESOURCE; without it a warning says what is missing.
+pub(crate) fn protect_from_reclaim() {
+    if let Err(e) = rustix::process::configure_io_flusher_behavior(true) {
+        tracing::warn!("PR_SET_IO_FLUSHER: {e} (needs CAP_SYS_RESOURCE): writeback through this device may deadlock under memory pressure");
+    }
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-1000") {
+        tracing::warn!("oom_score_adj -1000: {e} (needs CAP_SYS_RESOURCE; the unit sets OOMScoreAdjust=): the OOM killer may pick this daemon");
+    }
+}

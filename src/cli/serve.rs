@@ -41,6 +41,20 @@ pub struct ServeArgs {
     /// Connections served at once; more are closed at once.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// TLS for a TCP export: the server's certificate chain (PEM). Clients must then start TLS
+    /// (qemu's tls-creds-x509, nbds:// URIs) before anything is served.
+    #[arg(long, requires = "tls_key", value_name = "FILE")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Require clients to present a certificate signed by this CA (PEM).
+    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Serve a TCP export without TLS: no encryption, no authentication; anyone who reaches the
+    /// port can read and write the LUN.
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub no_tls: bool,
     /// Seconds a client has to finish the handshake once connected.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub handshake_timeout: u64,
@@ -141,11 +155,31 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         Listen::Tcp(a) => format!("tcp:{a}"),
     };
     let name = a.name.clone();
+    let tls = match (&listen, &a.tls_cert, &a.tls_key) {
+        (Listen::Tcp(_), Some(cert), Some(key)) => Some(
+            nbd::server_config(cert, key, a.tls_ca.as_deref())
+                .context("loading the TLS certificate")?,
+        ),
+        (Listen::Unix(_), Some(_), _) => bail!(
+            "--tls-cert is for TCP exports (--nbd tcp:ADDRESS:PORT); a unix socket is guarded by \
+             its permissions"
+        ),
+        (Listen::Tcp(addr), None, _) if !a.no_tls => bail!(
+            "a TCP export needs TLS: give --tls-cert FILE --tls-key FILE (and --tls-ca FILE to \
+             require client certificates), or --no-tls to serve tcp:{addr} unencrypted and \
+             unauthenticated"
+        ),
+        _ => None,
+    };
+    if let (Listen::Tcp(addr), true) = (&listen, a.no_tls) {
+        tracing::warn!("NBD over TCP on {addr} without TLS (--no-tls): anyone who can reach it can read and write the LUN");
+    }
+    super::daemon::protect_from_reclaim();
     let limits = Limits {
         max_connections: a.max_connections as usize,
         handshake_timeout: std::time::Duration::from_secs(a.handshake_timeout),
     };
-    nbd::serve(&listen, Arc::new(export), limits, || {
+    nbd::serve(&listen, Arc::new(export), limits, tls, || {
         println!("serving NBD export '{name}' on {where_}");
         let _ = std::io::stdout().flush();
     })

@@ -16,6 +16,7 @@ use crate::session::rport::Rport;
 use crate::session::timers::Timers;
 use crate::session::{Relogin, RELOGIN_STEP};
 mod listen;
+mod tls;
 
 use crate::wire::nbd::{
     self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
@@ -26,6 +27,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+pub use tls::{server_config, TlsError};
 
 /// What an export is served from.
 // one per export, created once: its size does not matter
@@ -105,30 +107,34 @@ impl Export {
     }
 }
 
-/// Listens and serves `export` until the process ends; `ready` runs once the socket accepts.
+/// Listens and serves `export` until the process ends; `ready` runs once the socket accepts. With
+/// `tls`, a client must start TLS (NBD_OPT_STARTTLS) before anything else is served.
 pub fn serve(
     listen: &Listen,
     export: Arc<Export>,
     limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     ready: impl FnOnce(),
 ) -> io::Result<()> {
     listen::serve(listen, limits, ready, move |s| {
-        if let Err(e) = connection(s, &export, limits.handshake_timeout) {
+        if let Err(e) = connection(s, &export, limits.handshake_timeout, tls.clone()) {
             tracing::info!("NBD connection ended: {e}");
         }
     })
 }
 
-fn connection(mut s: Stream, ex: &Export, handshake_timeout: Duration) -> io::Result<()> {
+fn connection(
+    mut s: Stream,
+    ex: &Export,
+    handshake_timeout: Duration,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> io::Result<()> {
     let deadline = Instant::now() + handshake_timeout;
-    let Some(exec) = handshake(
-        &mut Timed {
-            s: &mut s,
-            deadline,
-        },
-        ex,
-    )?
-    else {
+    let mut timed = Timed {
+        s: &mut s,
+        deadline,
+    };
+    let Some(exec) = handshake(&mut timed, ex, tls)? else {
         return Ok(());
     };
     s.set_timeouts(None)?;
@@ -142,7 +148,11 @@ fn bad(msg: impl Into<String>) -> io::Error {
 /// Option data above this closes the connection (no option of ours needs more).
 const MAX_OPTION_LEN: u32 = 64 * 1024;
 
-fn handshake(s: &mut Timed, ex: &Export) -> io::Result<Option<Exec>> {
+fn handshake(
+    s: &mut Timed,
+    ex: &Export,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> io::Result<Option<Exec>> {
     s.write_all(&nbd::server_greeting())?;
     let mut f = [0u8; 4];
     s.read_exact(&mut f)?;
@@ -164,7 +174,37 @@ fn handshake(s: &mut Timed, ex: &Export) -> io::Result<Option<Exec>> {
         let mut data = vec![0u8; h.length as usize];
         s.read_exact(&mut data)?;
         let name_ok = |n: &str| n.is_empty() || n == ex.name;
+        let tls_required = tls.is_some() && !s.is_tls();
         match h.option {
+            opt::STARTTLS => match &tls {
+                Some(cfg) if !s.is_tls() && data.is_empty() => {
+                    s.write_all(&nbd::option_reply(h.option, rep::ACK, &[]))?;
+                    s.start_tls(cfg.clone())?;
+                }
+                Some(_) => s.write_all(&nbd::option_reply(
+                    h.option,
+                    rep::ERR_INVALID,
+                    if s.is_tls() {
+                        b"TLS is already on".as_slice()
+                    } else {
+                        b"STARTTLS takes no data".as_slice()
+                    },
+                ))?,
+                None => s.write_all(&nbd::option_reply(
+                    h.option,
+                    rep::ERR_UNSUP,
+                    b"this export is served without TLS",
+                ))?,
+            },
+            opt::EXPORT_NAME if tls_required => {
+                // no reply exists for EXPORT_NAME but the export itself: close
+                return Err(bad("client asked for the export before starting TLS"));
+            }
+            o if tls_required && o != opt::ABORT => s.write_all(&nbd::option_reply(
+                o,
+                rep::ERR_TLS_REQD,
+                b"this server requires TLS: start it with NBD_OPT_STARTTLS",
+            ))?,
             opt::EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&data).into_owned();
                 if !name_ok(&name) {
@@ -845,8 +885,10 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
             out.clear();
             opos = 0;
         }
+        // TLS records of what was written, as far as the socket takes them
+        let tls_left = s.flush_pending()?;
         let idle = free.len() == usize::from(depth);
-        if (disc || eof) && idle && out.is_empty() {
+        if (disc || eof) && idle && out.is_empty() && !tls_left {
             return Ok(());
         }
         if progress {
@@ -859,11 +901,14 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
             continue;
         }
         let want_read = !disc && !eof && !free.is_empty();
+        if want_read && s.buffered() {
+            continue; // TLS holds decrypted requests: the socket need not be readable
+        }
         let mut ev = 0;
         if want_read {
             ev |= libc::POLLIN;
         }
-        if !out.is_empty() {
+        if !out.is_empty() || tls_left {
             ev |= libc::POLLOUT;
         }
         let cq = if exec.busy() { exec.arm() } else { None };

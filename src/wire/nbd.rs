@@ -60,6 +60,8 @@ pub mod opt {
     pub const ABORT: u32 = 2;
     /// NBD_OPT_LIST.
     pub const LIST: u32 = 3;
+    /// NBD_OPT_STARTTLS.
+    pub const STARTTLS: u32 = 5;
     /// NBD_OPT_INFO.
     pub const INFO: u32 = 6;
     /// NBD_OPT_GO.
@@ -80,6 +82,8 @@ pub mod rep {
     pub const ERR_POLICY: u32 = 0x8000_0002;
     /// Invalid option data.
     pub const ERR_INVALID: u32 = 0x8000_0003;
+    /// The server requires TLS first.
+    pub const ERR_TLS_REQD: u32 = 0x8000_0005;
     /// Unknown export.
     pub const ERR_UNKNOWN: u32 = 0x8000_0006;
     /// Server shutting down.

@@ -3,6 +3,7 @@
 //! with a back-off, connections are capped, a client has a deadline to finish the handshake, and a
 //! thread that cannot be created costs that connection only.
 
+use super::tls::TlsConn;
 use crate::ratelimit::RateLimit;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -131,6 +132,21 @@ pub fn bind_unix(path: &Path) -> Result<UnixListener, SocketError> {
 pub(super) enum Stream {
     Unix(UnixStream),
     Tcp(TcpStream),
+    /// TCP after NBD_OPT_STARTTLS.
+    Tls(Box<TlsConn>),
+    /// What is left of a connection whose TLS handshake failed.
+    Gone,
+}
+
+fn tcp_timeouts(s: &TcpStream, t: Option<Duration>) -> io::Result<()> {
+    s.set_read_timeout(t).and(s.set_write_timeout(t))
+}
+
+fn gone() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the connection's TLS handshake failed",
+    )
 }
 
 impl Stream {
@@ -138,12 +154,35 @@ impl Stream {
         match self {
             Stream::Unix(s) => s.set_nonblocking(nb),
             Stream::Tcp(s) => s.set_nonblocking(nb),
+            Stream::Tls(t) => t.sock.set_nonblocking(nb),
+            Stream::Gone => Err(gone()),
         }
     }
     pub(super) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_read_timeout(t).and(s.set_write_timeout(t)),
-            Stream::Tcp(s) => s.set_read_timeout(t).and(s.set_write_timeout(t)),
+            Stream::Tcp(s) => tcp_timeouts(s, t),
+            Stream::Tls(c) => tcp_timeouts(&c.sock, t),
+            Stream::Gone => Err(gone()),
+        }
+    }
+    /// Whether TLS is on.
+    pub(super) fn is_tls(&self) -> bool {
+        matches!(self, Stream::Tls(_))
+    }
+    /// Sends what TLS holds back as far as the socket takes it; returns whether some is left
+    /// (the caller then waits for POLLOUT).
+    pub(super) fn flush_pending(&mut self) -> io::Result<bool> {
+        match self {
+            Stream::Tls(t) => t.flush_tls().map(|()| t.wants_write()),
+            _ => Ok(false),
+        }
+    }
+    /// Data is readable without the socket being so (decrypted and held by TLS).
+    pub(super) fn buffered(&mut self) -> bool {
+        match self {
+            Stream::Tls(t) => t.buffered(),
+            _ => false,
         }
     }
 }
@@ -153,6 +192,8 @@ impl Read for Stream {
         match self {
             Stream::Unix(s) => s.read(b),
             Stream::Tcp(s) => s.read(b),
+            Stream::Tls(t) => t.read(b),
+            Stream::Gone => Err(gone()),
         }
     }
 }
@@ -162,10 +203,15 @@ impl Write for Stream {
         match self {
             Stream::Unix(s) => s.write(b),
             Stream::Tcp(s) => s.write(b),
+            Stream::Tls(t) => t.write(b),
+            Stream::Gone => Err(gone()),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Stream::Tls(t) => t.flush_tls(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -174,6 +220,8 @@ impl AsRawFd for Stream {
         match self {
             Stream::Unix(s) => s.as_raw_fd(),
             Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Tls(t) => t.sock.as_raw_fd(),
+            Stream::Gone => -1,
         }
     }
 }
@@ -183,6 +231,38 @@ impl AsRawFd for Stream {
 pub(super) struct Timed<'a> {
     pub(super) s: &'a mut Stream,
     pub(super) deadline: Instant,
+}
+
+impl Timed<'_> {
+    /// NBD_OPT_STARTTLS was acknowledged: the TLS handshake, within the same deadline; the stream
+    /// is TLS from then on.
+    pub(super) fn start_tls(&mut self, cfg: Arc<rustls::ServerConfig>) -> io::Result<()> {
+        let Stream::Tcp(sock) = std::mem::replace(self.s, Stream::Gone) else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "TLS is served on TCP only",
+            ));
+        };
+        let deadline = self.deadline;
+        let conn = TlsConn::accept(cfg, sock, |s| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(late());
+            }
+            tcp_timeouts(s, Some(left))
+        })
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => late(),
+            _ => e,
+        })?;
+        *self.s = Stream::Tls(Box::new(conn));
+        Ok(())
+    }
+
+    /// Whether TLS is on.
+    pub(super) fn is_tls(&self) -> bool {
+        self.s.is_tls()
+    }
 }
 
 fn late() -> io::Error {
@@ -308,7 +388,6 @@ pub(super) fn serve(
             accept_loop(|| l.accept().map(|(s, _)| Stream::Unix(s)), limits, conn)
         }
         Listen::Tcp(addr) => {
-            tracing::warn!("NBD over TCP on {addr} is unauthenticated: anyone who can reach it can read and write the LUN");
             let l = TcpListener::bind(addr)?;
             ready();
             accept_loop(

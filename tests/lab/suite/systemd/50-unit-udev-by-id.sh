@@ -93,9 +93,30 @@ expect_eq "LUN 0's device after the restart" "$(dev_of 0)" "$d0"
 expect_eq "LUN 1's daemon (untouched)" "$(pid_of "$d1")" "$p1"
 expect_eq "LUN 2's daemon (untouched)" "$(pid_of "$d2")" "$p2"
 
+# the sandbox (issue 19): systemd rates the unit at most 4.0 here too, and the daemons it started
+# run with three capabilities, out of the OOM killer's way and as IO_FLUSHERs (PF_MEMALLOC_NOIO |
+# PF_LOCAL_THROTTLE in /proc/PID/stat's flags)
+sec=$(systemd-analyze security --no-pager "$U" | sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) .*/\1/p')
+echo "systemd-analyze security $U: $sec"
+awk -v s="$sec" 'BEGIN{exit !(s != "" && s <= 4.0)}' || fail "$U exposure '$sec' (want at most 4.0)"
+expect_eq "LUN 1 daemon's oom_score_adj" "$(cat /proc/$p1/oom_score_adj)" -1000
+expect_eq "LUN 1 daemon's capability bounding set" "$(sed -n 's/^CapBnd:\t//p' /proc/$p1/status)" 0000000001204000
+flags=$(cut -d' ' -f9 /proc/$p1/stat)
+[ $((flags & 0x180000)) = $((0x180000)) ] || fail "LUN 1's daemon is not an IO_FLUSHER (flags $flags)"
+journalctl -u "$U" --no-pager | grep -E "PR_SET_IO_FLUSHER|oom_score_adj|Operation not permitted" &&
+    fail "a daemon met the sandbox"
+ok "sandboxed: exposure $sec, CAP_SYS_ADMIN CAP_IPC_LOCK CAP_SYS_RESOURCE, oom_score_adj -1000, IO_FLUSHER"
+
 systemctl stop "$U" || fail "systemctl stop $U"
 i=0; while [ -n "$(ls /dev/ublkb* 2>/dev/null)" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 expect_eq "devices after systemctl stop" "$(ls /dev/ublkb* 2>/dev/null | wc -l)" 0
 expect_eq "unit state after stop" "$(systemctl is-active "$U")" inactive
+
+# what udev starts when an RDMA device appears (61-srp-ublk-port.rules), under its own sandbox
+systemctl start srp-ublk-port@rxe0.service || fail "systemctl start srp-ublk-port@rxe0.service"
+i=0; while [ "$(live)" != "3 6" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq "devices started through srp-ublk-port@rxe0" "$(live)" "3 6"
+expect_eq "unit state started by the port unit" "$(systemctl is-active "$U")" active
+systemctl stop "$U" || fail "systemctl stop $U (after the port unit)"
 trap - EXIT
 ublk_cleanup
