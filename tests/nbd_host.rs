@@ -527,3 +527,258 @@ fn more_idle_clients_than_descriptors_do_not_stop_the_server() {
         "the server exited"
     );
 }
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, as the gnutls clients (qemu's
+/// tls-creds-x509, libnbd's tls-certificates) look for them in a directory: ca-cert.pem,
+/// client-cert.pem, client-key.pem; the server's are server-cert.pem / server-key.pem.
+fn make_certs(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let openssl = |args: &[&str]| {
+        let mut c = tool("openssl", "openssl");
+        c.current_dir(dir).args(args);
+        run(c);
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut a = vec!["req", "-x509"];
+    a.extend(ec);
+    a.extend(["-keyout", "ca-key.pem", "-out", "ca-cert.pem", "-days", "2"]);
+    a.extend(["-subj", "/CN=srp-ublk test CA"]);
+    a.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
+    a.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
+    openssl(&a);
+    for (who, usage, san) in [
+        (
+            "server",
+            "serverAuth",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        ),
+        ("client", "clientAuth", ""),
+    ] {
+        let ext = format!(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage={usage}\n{san}"
+        );
+        std::fs::write(dir.join(format!("{who}.ext")), ext).unwrap();
+        let (key, csr) = (format!("{who}-key.pem"), format!("{who}.csr"));
+        let mut a = vec!["req"];
+        a.extend(ec);
+        a.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=127.0.0.1"]);
+        openssl(&a);
+        let (cert, ext) = (format!("{who}-cert.pem"), format!("{who}.ext"));
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca-cert.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ]);
+    }
+}
+
+/// A free TCP port on the loopback address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct TcpServer {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for TcpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tcp_server(extra: &[&str]) -> TcpServer {
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_srp-ublk"))
+        .args(["serve", "--backend", "mem:16M", "--name", "x", "--nbd"])
+        .arg(format!("tcp:127.0.0.1:{port}"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start srp-ublk serve");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut e = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut e).unwrap();
+            panic!("serve exited ({st}): {e}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    TcpServer { child, port }
+}
+
+#[test]
+fn tls_exports_serve_qemu_and_nbdinfo_and_refuse_clients_without_tls() {
+    let dir = std::env::temp_dir().join(format!("srp-ublk-tls-{}", std::process::id()));
+    make_certs(&dir);
+    let (cert, key) = (dir.join("server-cert.pem"), dir.join("server-key.pem"));
+    let s = tcp_server(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    // the gnutls clients find ca-cert.pem (and no client certificate) in their directory
+    let cdir = dir.join("client-noauth");
+    std::fs::create_dir_all(&cdir).unwrap();
+    std::fs::copy(dir.join("ca-cert.pem"), cdir.join("ca-cert.pem")).unwrap();
+    let mut c = tool("nbdinfo", "libnbd-bin");
+    c.arg(format!(
+        "nbds://127.0.0.1:{}/x?tls-certificates={}",
+        s.port,
+        cdir.display()
+    ));
+    let out = run(c);
+    assert!(out.contains("with TLS"), "{out}");
+    assert!(out.contains("export-size: 16777216"), "{out}");
+    let mut c = tool("qemu-io", "qemu-utils");
+    c.arg("--object")
+        .arg(format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", cdir.display()))
+        .arg("--image-opts")
+        .arg(format!(
+            "driver=nbd,server.type=inet,server.host=127.0.0.1,server.port={},export=x,tls-creds=tls0",
+            s.port
+        ));
+    for cmd in ["write -P 0x5c 4096 256k", "read -P 0x5c 4096 256k", "flush"] {
+        c.args(["-c", cmd]);
+    }
+    let out = run(c);
+    assert!(
+        out.contains("read 262144/262144 bytes at offset 4096"),
+        "{out}"
+    );
+    assert!(!out.contains("Pattern verification failed"), "{out}");
+    // pipelined, two connections, both directions: the non-blocking TLS path with full buffers
+    let uri = format!(
+        "nbds://127.0.0.1:{}/x?tls-certificates={}",
+        s.port,
+        cdir.display()
+    );
+    let (src, back) = (dir.join("pattern"), dir.join("back"));
+    let data: Vec<u8> = (0..16u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let mut c = tool("nbdcopy", "libnbd-bin");
+    c.args(["--requests=32", "--connections=2"])
+        .arg(&src)
+        .arg(&uri);
+    run(c);
+    let mut c = tool("nbdcopy", "libnbd-bin");
+    c.args(["--requests=32"]).arg(&uri).arg(&back);
+    run(c);
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "data read back over TLS differs"
+    );
+    // a client that does not start TLS gets nothing: nbdinfo fails, a raw GO gets ERR_TLS_REQD
+    let mut c = tool("nbdinfo", "libnbd-bin");
+    c.arg(format!("nbd://127.0.0.1:{}/x", s.port));
+    assert!(
+        !c.output().unwrap().status.success(),
+        "nbdinfo without TLS was served"
+    );
+    let mut t = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut g = [0u8; 18];
+    t.read_exact(&mut g).unwrap();
+    t.write_all(&3u32.to_be_bytes()).unwrap();
+    let mut o = b"IHAVEOPT".to_vec();
+    o.extend_from_slice(&7u32.to_be_bytes());
+    o.extend_from_slice(&6u32.to_be_bytes());
+    o.extend_from_slice(&[0, 0, 0, 0, 0, 0]); // name "", no info requests
+    t.write_all(&o).unwrap();
+    let mut h = [0u8; 20];
+    t.read_exact(&mut h).unwrap();
+    assert_eq!(
+        u32::from_be_bytes(h[12..16].try_into().unwrap()),
+        0x8000_0005
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tls_with_a_client_ca_serves_only_clients_with_a_certificate() {
+    let dir = std::env::temp_dir().join(format!("srp-ublk-tlsca-{}", std::process::id()));
+    make_certs(&dir);
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let s = tcp_server(&[
+        "--tls-cert",
+        &p("server-cert.pem"),
+        "--tls-key",
+        &p("server-key.pem"),
+        "--tls-ca",
+        &p("ca-cert.pem"),
+    ]);
+    let uri = |d: &Path| {
+        format!(
+            "nbds://127.0.0.1:{}/x?tls-certificates={}",
+            s.port,
+            d.display()
+        )
+    };
+    let noauth = dir.join("client-noauth");
+    std::fs::create_dir_all(&noauth).unwrap();
+    std::fs::copy(dir.join("ca-cert.pem"), noauth.join("ca-cert.pem")).unwrap();
+    let mut c = tool("nbdinfo", "libnbd-bin");
+    c.arg(uri(&noauth));
+    assert!(
+        !c.output().unwrap().status.success(),
+        "a client without a certificate was served"
+    );
+    // the directory with client-cert.pem / client-key.pem
+    let mut c = tool("nbdinfo", "libnbd-bin");
+    c.arg(uri(&dir));
+    assert!(run(c).contains("export-size: 16777216"));
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_tcp_export_without_tls_needs_its_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_srp-ublk"))
+        .args(["serve", "--backend", "mem:1M", "--nbd", "tcp:127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a TCP export needs TLS") && err.contains("--no-tls"),
+        "{err}"
+    );
+    let s = tcp_server(&["--no-tls"]);
+    let mut c = tool("nbdinfo", "libnbd-bin");
+    c.arg(format!("nbd://127.0.0.1:{}/x", s.port));
+    assert!(run(c).contains("export-size: 16777216"));
+}
