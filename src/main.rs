@@ -9,12 +9,19 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
         // colours only on a terminal: the daemon's log file and the journal get plain text
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // a daemon started by `add` logs to its file, bounded (stderr, the same file, keeps what
+    // else a process writes there)
+    let file = std::env::var_os(cli::add::LOG_ENV)
+        .filter(|_| std::env::var_os(cli::add::DAEMON_ENV).is_some())
+        .and_then(|p| cli::logfile::CappedLog::open(p.into(), cli::logfile::MAX_LOG_BYTES).ok());
+    match file {
+        Some(log) => fmt.with_writer(move || log.clone()).init(),
+        None => fmt.with_writer(std::io::stderr).init(),
+    }
     match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Set in the daemon's environment by `add`: print READY/ERROR lines on stdout for the parent.
-const DAEMON_ENV: &str = "SRP_UBLK_DAEMON";
-const LOG_ENV: &str = "SRP_UBLK_LOG_FILE";
+pub(crate) const DAEMON_ENV: &str = "SRP_UBLK_DAEMON";
+pub(crate) const LOG_ENV: &str = "SRP_UBLK_LOG_FILE";
 
 /// `srp-ublk add ...`
 #[derive(Debug, Args, Clone)]

@@ -6,6 +6,7 @@ pub mod del;
 pub mod discover;
 pub mod features;
 pub mod list;
+pub mod logfile;
 pub mod recover;
 pub mod resize;
 pub mod serve;

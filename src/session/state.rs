@@ -254,11 +254,12 @@ impl DeviceState {
     }
 }
 
-/// Creates a file that did not exist, with `mode`: `O_EXCL` never follows a link at the path.
+/// Creates a file that did not exist, with `mode`, for appending: `O_EXCL` never follows a link at
+/// the path.
 pub fn create_new(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
-        .write(true)
+        .append(true)
         .create_new(true)
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)

@@ -407,7 +407,17 @@ lab_test() {   # the suite in each kind of guest that has a selected test; fails
     return $rc
 }
 
+# One guest run at a time per lab directory: a second would wipe the first's run directory (its
+# initrd and shared folder) under its running guest. The holder is named, not waited for.
+lab_lock() {
+    mkdir -p "$LAB"
+    exec 9>>"$LAB/lock"
+    flock -n 9 || die "another lab run is using $LAB ($(cat "$LAB/lock.owner" 2>/dev/null || echo 'holder unknown')): wait for it to end, or give this one a directory of its own with LAB_DIR="
+    echo "pid $$, $(basename "$0") $*, since $(date '+%F %T')" > "$LAB/lock.owner"
+}
+
 cmd=${1:-}
+case $cmd in run|test|demo|selftest) lab_lock "$@";; esac
 case $cmd in
     prep) prep; log "kernel $KPKG ($KV) ready under $LAB";;
     image) image; log "base initramfs: $BASE";;
