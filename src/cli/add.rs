@@ -481,12 +481,14 @@ fn handover_source(a: &AddArgs, since_ms: u64) -> anyhow::Result<(UblkSource, De
         state.rdma_device
     );
     let channels = detached_channels(&state.rdma_device, queues, depth, state.lun, &why);
+    // the channels log in once the RDMA device is back: to this LUN only
     let relogin = Relogin::new(
         &target,
         state.lun,
         depth,
         Duration::from_secs(a.session.timeout),
-    );
+    )
+    .expecting(state.identity());
     let since = SystemTime::UNIX_EPOCH + Duration::from_millis(since_ms);
     let ago = SystemTime::now().duration_since(since).unwrap_or_default();
     let down_since = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);

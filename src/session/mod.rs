@@ -4,6 +4,7 @@
 //! the parameters a block device needs. Queue depth follows the granted credits, never the reverse.
 
 use crate::channel::block::{Geometry, WriteCache};
+use state::{LunChanged, LunIdentity};
 use crate::channel::{Channel, ChannelConfig, DataDir, ScsiCmd};
 use crate::rdma::{ConnectParams, Endpoint, RdmaError};
 use crate::wire::scsi::vpd::{self, BlockLimits, Provisioning};
@@ -45,6 +46,15 @@ pub enum SessionError {
         lun: u64,
         /// Status, sense or transport failure.
         detail: String,
+    },
+    /// A login found another LUN than the one the device serves.
+    #[error("LUN {lun} is not the LUN this device served: {source}")]
+    NotTheLun {
+        /// The LUN number.
+        lun: u64,
+        /// What differs.
+        #[source]
+        source: LunChanged,
     },
     /// The LUN is not something a block device can present.
     #[error("LUN {lun} cannot be served: {detail}")]
@@ -187,6 +197,8 @@ pub struct Session {
 pub struct Relogin {
     params: ConnectParams,
     lun: u64,
+    /// The LUN every new login must find (see [`Relogin::expecting`]).
+    expect: Option<LunIdentity>,
 }
 
 /// One CM step of a reconnect attempt at most: shorter than a first login's limit, so that a
@@ -211,21 +223,45 @@ impl Relogin {
         Relogin {
             params: connect_params(target, MultiChannelAction::Multi, depth, timeout),
             lun,
+            expect: None,
         }
     }
 
     /// Logs in one channel, each CM step limited to `step` (shorter than the first login's limit,
     /// so a queue waiting on a dead fabric still reaches its fast_io_fail and dev_loss deadlines).
-    pub fn connect(&self, step: Duration) -> Result<Fresh, RdmaError> {
+    /// With [`Relogin::expecting`], a login that finds another LUN is refused.
+    pub fn connect(&self, step: Duration) -> Result<Fresh, SessionError> {
         let mut p = self.params.clone();
         p.timeout = p.timeout.min(step);
         let ep = Endpoint::connect(&p)?;
         let cfg = channel_config(&ep, p.send_slots - EXTRA_SLOTS, self.lun, p.req_it_iu_len);
+        let Some(want) = &self.expect else {
+            return Ok(Fresh {
+                ep,
+                req_lim: cfg.req_lim,
+                max_imm: cfg.max_imm,
+            });
+        };
+        let mut ch = Channel::new(ep, cfg);
+        let now = lun_identity(&mut ch, self.lun)?;
+        want.check(&now)
+            .map_err(|source| SessionError::NotTheLun {
+                lun: self.lun,
+                source,
+            })?;
         Ok(Fresh {
-            ep,
-            req_lim: cfg.req_lim,
+            req_lim: ch.req_lim(),
             max_imm: cfg.max_imm,
+            ep: ch.into_transport(),
         })
+    }
+
+    /// Every login from now on must find the LUN `id` names (its WWID or serial, size and logical
+    /// block size): what a daemon that took a device over without a login of its own checks, so
+    /// that a LUN mapping changed while the RDMA device was away never gets the device's I/O.
+    pub fn expecting(mut self, id: LunIdentity) -> Relogin {
+        self.expect = Some(id);
+        self
     }
 }
 
@@ -437,6 +473,29 @@ fn data_in(
             ),
         }),
     }
+}
+
+/// What identifies the LUN a channel reaches: VPD 0x83's designator (as scsi_id names it), VPD
+/// 0x80's serial where the LUN has one, and READ CAPACITY(16).
+fn lun_identity(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunIdentity, SessionError> {
+    let wwid = data_in(ch, "INQUIRY VPD 0x83", lun, Cdb::inquiry(Some(vpd::page::DEVICE_ID), 1024), 1024)
+        .ok()
+        .and_then(|b| vpd::preferred_lu_designator(&b).ok().flatten().map(|d| vpd::scsi_id_serial(&d)));
+    let serial = data_in(ch, "INQUIRY VPD 0x80", lun, Cdb::inquiry(Some(vpd::page::SERIAL), 255), 255)
+        .ok()
+        .and_then(|b| vpd::serial_number(&b).ok());
+    let cap = data_in(ch, "READ CAPACITY(16)", lun, Cdb::read_capacity16(32), 32)?;
+    let cap = Capacity::parse(&cap).map_err(|e| SessionError::Command {
+        what: "READ CAPACITY(16)",
+        lun,
+        detail: e.to_string(),
+    })?;
+    Ok(LunIdentity {
+        wwid,
+        serial,
+        size: cap.bytes().unwrap_or(0),
+        block_size: cap.block_len,
+    })
 }
 
 /// Asks the LUN what it is.

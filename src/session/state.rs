@@ -215,9 +215,62 @@ impl DeviceState {
         }
     }
 
-    /// Checks that `now` (a fresh login's view) is the LUN this device served: the same WWID (or,
-    /// without one, serial), size and logical block size.
+    /// The LUN this device serves.
+    pub fn identity(&self) -> LunIdentity {
+        LunIdentity {
+            wwid: self.wwid.clone(),
+            serial: self.serial.clone(),
+            size: self.size,
+            block_size: self.block_size,
+        }
+    }
+
+    /// Checks that `now` (a fresh login's view) is the LUN this device served
+    /// ([`LunIdentity::check`]).
     pub fn same_lun(&self, now: &DeviceState) -> Result<(), LunChanged> {
+        self.identity().check(&now.identity())
+    }
+
+    /// Whether the serving daemon is alive ([`DeviceState::daemon`]).
+    pub fn daemon_alive(&self) -> bool {
+        self.daemon() == Daemon::Alive
+    }
+
+    /// Removes the state file.
+    pub fn remove(dev_id: u32) {
+        let _ = std::fs::remove_file(Self::path(dev_id));
+    }
+}
+
+/// Creates a file that did not exist, with `mode`, for appending: `O_EXCL` never follows a link at
+/// the path.
+pub fn create_new(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// What tells one LUN from another, as a device's state file and a fresh login see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LunIdentity {
+    /// The scsi_id-style identifier (VPD 0x83).
+    pub wwid: Option<String>,
+    /// VPD 0x80.
+    pub serial: Option<String>,
+    /// Bytes.
+    pub size: u64,
+    /// Logical block size.
+    pub block_size: u32,
+}
+
+impl LunIdentity {
+    /// Checks that `now` is this LUN: the same WWID (or, without one, serial), size and logical
+    /// block size.
+    pub fn check(&self, now: &LunIdentity) -> Result<(), LunChanged> {
         let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
         let differ = |what, was: String, now: String| {
             if was == now {
@@ -242,28 +295,6 @@ impl DeviceState {
             now.block_size.to_string(),
         )
     }
-
-    /// Whether the serving daemon is alive ([`DeviceState::daemon`]).
-    pub fn daemon_alive(&self) -> bool {
-        self.daemon() == Daemon::Alive
-    }
-
-    /// Removes the state file.
-    pub fn remove(dev_id: u32) {
-        let _ = std::fs::remove_file(Self::path(dev_id));
-    }
-}
-
-/// Creates a file that did not exist, with `mode`, for appending: `O_EXCL` never follows a link at
-/// the path.
-pub fn create_new(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
 }
 
 /// The LUN a login found is not the one a device served.
