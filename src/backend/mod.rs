@@ -4,26 +4,34 @@
 
 use std::sync::Mutex;
 
+/// A backend spec that does not parse.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpecError {
+    /// No `KIND:SIZE` form.
+    #[error("'{0}': expected null:SIZE or mem:SIZE")]
+    Form(String),
+    /// A kind other than null or mem.
+    #[error("'{0}': unknown backend; use null:SIZE or mem:SIZE (SRP targets go in --target)")]
+    Kind(String),
+    /// A size that does not parse.
+    #[error("'{0}': expected a size such as 256M or 1G")]
+    Size(String),
+    /// A size the block layer cannot take.
+    #[error("'{0}': the size must be a non-zero multiple of 512")]
+    Unaligned(String),
+}
+
 /// Parses `null:SIZE` / `mem:SIZE` (SIZE with an optional K, M, G or T binary suffix).
-pub fn parse_spec(s: &str) -> Result<(DemoKind, u64), String> {
-    let (kind, size) = s
-        .split_once(':')
-        .ok_or_else(|| format!("'{s}': expected null:SIZE or mem:SIZE"))?;
+pub fn parse_spec(s: &str) -> Result<(DemoKind, u64), SpecError> {
+    let (kind, size) = s.split_once(':').ok_or_else(|| SpecError::Form(s.into()))?;
     let kind = match kind {
         "null" => DemoKind::Null,
         "mem" => DemoKind::Mem,
-        k => {
-            return Err(format!(
-                "'{k}': unknown backend; use null:SIZE or mem:SIZE (SRP targets go in --target)"
-            ))
-        }
+        k => return Err(SpecError::Kind(k.into())),
     };
-    let size =
-        parse_size(size).ok_or_else(|| format!("'{size}': expected a size such as 256M or 1G"))?;
+    let size = parse_size(size).ok_or_else(|| SpecError::Size(size.into()))?;
     if size == 0 || size % 512 != 0 {
-        return Err(format!(
-            "'{s}': the size must be a non-zero multiple of 512"
-        ));
+        return Err(SpecError::Unaligned(s.into()));
     }
     Ok((kind, size))
 }
@@ -119,6 +127,7 @@ mod tests {
         assert!(parse_spec("mem:100").is_err());
         assert!(parse_spec("disk:1G")
             .unwrap_err()
+            .to_string()
             .contains("unknown backend"));
         assert!(parse_spec("mem").is_err());
         assert_eq!(parse_size("4k"), Some(4096));

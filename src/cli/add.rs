@@ -122,7 +122,7 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
     let target = match (&a.target, &a.backend) {
         (Some(t), _) => Some(resolve_target(t)?),
         (None, Some(b)) => {
-            parse_spec(b).map_err(anyhow::Error::msg)?;
+            parse_spec(b)?;
             None
         }
         (None, None) => {
@@ -589,7 +589,7 @@ fn nexus_in_use(target: &TargetSpec) -> bool {
 
 fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {
     let spec = a.backend.clone().unwrap_or_default();
-    let (kind, size) = parse_spec(&spec).map_err(anyhow::Error::msg)?;
+    let (kind, size) = parse_spec(&spec)?;
     tracing::warn!("serving the {spec} demo backend: this is not storage");
     let queues = a.session.queues.unwrap_or(1).max(1);
     let depth = a.session.depth.clamp(1, 4096);

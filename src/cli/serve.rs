@@ -127,7 +127,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             }
         }
         (None, Some(b)) => {
-            let (kind, size) = parse_spec(b).map_err(anyhow::Error::msg)?;
+            let (kind, size) = parse_spec(b)?;
             tracing::warn!("serving the {b} demo backend: this is not storage");
             let source = match kind {
                 DemoKind::Mem => Source::Mem(Arc::new(MemDisk::new(size))),

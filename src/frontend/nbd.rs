@@ -210,7 +210,7 @@ fn handshake(
                 if !name_ok(&name) {
                     return Err(bad(format!("unknown export '{name}'")));
                 }
-                let exec = Exec::open(ex).map_err(bad)?;
+                let exec = Exec::open(ex).map_err(|e| bad(e.to_string()))?;
                 let mut reply = Vec::with_capacity(134);
                 reply.extend_from_slice(&ex.size.to_be_bytes());
                 reply.extend_from_slice(&ex.flags().to_be_bytes());
@@ -251,7 +251,7 @@ fn handshake(
                             s.write_all(&nbd::option_reply(
                                 h.option,
                                 rep::ERR_POLICY,
-                                msg.as_bytes(),
+                                msg.to_string().as_bytes(),
                             ))?;
                             continue;
                         }
@@ -302,6 +302,22 @@ fn handshake(
     }
 }
 
+/// Why a connection gets no channel.
+#[derive(Debug, thiserror::Error)]
+enum OpenError {
+    /// Every channel serves another connection.
+    #[error(
+        "every SRP channel is in use by another connection; start `srp-ublk serve` with more --queues"
+    )]
+    NoChannel,
+    /// The connection's buffers could not be registered.
+    #[error("cannot register the connection's buffers: {0}")]
+    Register(#[source] crate::rdma::RdmaError),
+    /// A thread panicked holding the pool.
+    #[error("internal error: the channel pool is poisoned")]
+    Poisoned,
+}
+
 /// Executes block operations for one connection: on its SRP channel, or on a demo backend.
 // one per connection, created once and never moved on the I/O path: its size does not matter
 #[allow(clippy::large_enum_variant)]
@@ -350,7 +366,7 @@ impl Drop for Exec {
 }
 
 impl Exec {
-    fn open(ex: &Export) -> Result<Exec, String> {
+    fn open(ex: &Export) -> Result<Exec, OpenError> {
         let depth = ex.depth();
         match &ex.source {
             Source::Srp {
@@ -360,20 +376,15 @@ impl Exec {
                 timers,
                 ..
             } => {
-                let ch = pool
-                    .lock()
-                    .map_err(|_| "internal error: channel pool poisoned".to_string())?
-                    .pop();
+                let ch = pool.lock().map_err(|_| OpenError::Poisoned)?.pop();
                 let Some(mut ch) = ch else {
-                    return Err("every SRP channel is in use by another connection; start `srp-ublk serve` \
-                                with more --queues"
-                        .into());
+                    return Err(OpenError::NoChannel);
                 };
                 let bufs = match ch.transport().alloc_region(depth, ex.max_io) {
                     Ok(b) => b,
                     Err(e) => {
                         pool.lock().map(|mut p| p.push(ch)).ok();
-                        return Err(format!("cannot register the connection's buffers: {e}"));
+                        return Err(OpenError::Register(e));
                     }
                 };
                 Ok(Exec::Srp {
@@ -657,28 +668,6 @@ fn step(ex: &Export, op: BlockOp, off: u64, len: u64, fua: bool) -> (BlockOp, u3
     (op, now, next)
 }
 
-/// Waits for readiness on up to two fds; returns (fd0 ready, fd1 ready).
-fn wait(fd0: RawFd, ev0: i16, fd1: Option<RawFd>, timeout_ms: i32) -> (bool, bool) {
-    let mut fds = [
-        libc::pollfd {
-            fd: fd0,
-            events: ev0,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: fd1.unwrap_or(-1),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    // SAFETY: two valid pollfd entries (a negative fd is ignored by poll(2)).
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-    if n <= 0 {
-        return (false, false);
-    }
-    (fds[0].revents != 0, fds[1].revents != 0)
-}
-
 const SPINS: u32 = 200;
 
 fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
@@ -916,7 +905,7 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
         if exec.busy() && exec.poll(&mut done) > 0 {
             continue;
         }
-        let (_, cq_ready) = wait(s.as_raw_fd(), ev, cq, 100);
+        let (_, cq_ready) = crate::rdma::poll_two(s.as_raw_fd(), ev, cq, 100);
         if cq_ready {
             exec.ack();
         }

@@ -18,6 +18,7 @@ pub use sockaddr::{ib_sockaddr, rdma_cm_service_id, SockaddrIb, AF_IB, RDMA_PS_I
 use crate::wire::srp::LoginRejReason;
 use crate::wire::WireError;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 
 /// What went wrong setting up or running an RDMA channel. Messages name the cause and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -119,4 +120,30 @@ impl RdmaError {
             source: std::io::Error::last_os_error(),
         }
     }
+}
+
+/// Waits (poll(2)) for `ev0` on `fd0` and for input on `fd1` (a completion channel's fd, say), at
+/// most `timeout_ms`; returns (fd0 ready, fd1 ready). Here because it is a system call on raw
+/// descriptors, as the rest of this module's.
+pub fn poll_two(fd0: RawFd, ev0: i16, fd1: Option<RawFd>, timeout_ms: i32) -> (bool, bool) {
+    let mut fds = [
+        libc::pollfd {
+            fd: fd0,
+            events: ev0,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: fd1.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: poll(2) reads two pollfd entries that live on this stack for the call and writes
+    // only their revents; a descriptor that is closed or negative is reported (POLLNVAL) or ignored,
+    // never dereferenced.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+    if n <= 0 {
+        return (false, false);
+    }
+    (fds[0].revents != 0, fds[1].revents != 0)
 }

@@ -4,13 +4,13 @@
 //! the parameters a block device needs. Queue depth follows the granted credits, never the reverse.
 
 use crate::channel::block::{Geometry, WriteCache};
-use state::{LunChanged, LunIdentity};
 use crate::channel::{Channel, ChannelConfig, DataDir, ScsiCmd};
 use crate::rdma::{ConnectParams, Endpoint, RdmaError};
 use crate::wire::scsi::vpd::{self, BlockLimits, Provisioning};
 use crate::wire::scsi::{Capacity, Cdb, ModeSense10, StandardInquiry};
 use crate::wire::srp::{size, MultiChannelAction, ScsiLun};
 use crate::wire::target::TargetSpec;
+use state::{LunChanged, LunIdentity};
 use std::time::Duration;
 
 pub mod discover;
@@ -244,11 +244,10 @@ impl Relogin {
         };
         let mut ch = Channel::new(ep, cfg);
         let now = lun_identity(&mut ch, self.lun)?;
-        want.check(&now)
-            .map_err(|source| SessionError::NotTheLun {
-                lun: self.lun,
-                source,
-            })?;
+        want.check(&now).map_err(|source| SessionError::NotTheLun {
+            lun: self.lun,
+            source,
+        })?;
         Ok(Fresh {
             req_lim: ch.req_lim(),
             max_imm: cfg.max_imm,
@@ -478,12 +477,29 @@ fn data_in(
 /// What identifies the LUN a channel reaches: VPD 0x83's designator (as scsi_id names it), VPD
 /// 0x80's serial where the LUN has one, and READ CAPACITY(16).
 fn lun_identity(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunIdentity, SessionError> {
-    let wwid = data_in(ch, "INQUIRY VPD 0x83", lun, Cdb::inquiry(Some(vpd::page::DEVICE_ID), 1024), 1024)
-        .ok()
-        .and_then(|b| vpd::preferred_lu_designator(&b).ok().flatten().map(|d| vpd::scsi_id_serial(&d)));
-    let serial = data_in(ch, "INQUIRY VPD 0x80", lun, Cdb::inquiry(Some(vpd::page::SERIAL), 255), 255)
-        .ok()
-        .and_then(|b| vpd::serial_number(&b).ok());
+    let wwid = data_in(
+        ch,
+        "INQUIRY VPD 0x83",
+        lun,
+        Cdb::inquiry(Some(vpd::page::DEVICE_ID), 1024),
+        1024,
+    )
+    .ok()
+    .and_then(|b| {
+        vpd::preferred_lu_designator(&b)
+            .ok()
+            .flatten()
+            .map(|d| vpd::scsi_id_serial(&d))
+    });
+    let serial = data_in(
+        ch,
+        "INQUIRY VPD 0x80",
+        lun,
+        Cdb::inquiry(Some(vpd::page::SERIAL), 255),
+        255,
+    )
+    .ok()
+    .and_then(|b| vpd::serial_number(&b).ok());
     let cap = data_in(ch, "READ CAPACITY(16)", lun, Cdb::read_capacity16(32), 32)?;
     let cap = Capacity::parse(&cap).map_err(|e| SessionError::Command {
         what: "READ CAPACITY(16)",
