@@ -241,9 +241,24 @@ pub fn spawn_daemon(
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let log = logs.join(format!("add-{stamp}-{}.log", std::process::id()));
-    let log_file = srp_ublk::session::state::create_new(&log, 0o640)
-        .with_context(|| format!("cannot create {}", log.display()))?;
+    // one `add` (or `up`) may start several daemons in the same second: a new name for each
+    let (log, log_file) = (0..1000)
+        .find_map(|n| {
+            let log = logs.join(format!("add-{stamp}-{}-{n}.log", std::process::id()));
+            match srp_ublk::session::state::create_new(&log, 0o640) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+                r => Some(
+                    r.map(|f| (log.clone(), f))
+                        .with_context(|| format!("cannot create {}", log.display())),
+                ),
+            }
+        })
+        .unwrap_or_else(|| {
+            Err(anyhow::anyhow!(
+                "cannot create a log file in {}: 1000 taken",
+                logs.display()
+            ))
+        })?;
     let mut child = Command::new(std::env::current_exe().context("cannot find my own executable")?)
         .args(argv)
         .env(DAEMON_ENV, "1")
