@@ -55,9 +55,12 @@ pub fn run(cmd: TargetCmd) -> anyhow::Result<()> {
 pub fn describe(t: &TargetSpec) -> String {
     let mut s = format!("normalized: {t}\n");
     match t.transport {
-        Transport::RdmaCm { dest, src } => {
+        Transport::RdmaCm { dest, src, dest_if } => {
             s += "transport: RDMA/CM (RDMA_PS_TCP)\n";
             s += &format!("dest: {dest}\n");
+            if let Some(n) = dest_if {
+                s += &format!("dest scope: interface {n} (its index is looked up at login)\n");
+            }
             if let Some(src) = src {
                 s += &format!("src: {src}\n");
             }

@@ -53,6 +53,32 @@ pub struct ConnectParams {
     pub timeout: Duration,
 }
 
+/// A route whose IPv6 destination is scoped by an interface's name (`dest=[fe80::1%eth0]:5555`)
+/// with the interface's index looked up now, as ib_srp does when it parses the string; `None` when
+/// there is nothing to look up.
+fn with_scope(route: &Route) -> Result<Option<Route>, RdmaError> {
+    let Route::RdmaCm {
+        dest: SocketAddr::V6(d),
+        src,
+        dest_if: Some(name),
+    } = *route
+    else {
+        return Ok(None);
+    };
+    let index =
+        nix::net::if_::if_nametoindex(name.as_str()).map_err(|e| RdmaError::NoInterface {
+            name: name.to_string(),
+            detail: e.to_string(),
+        })?;
+    let mut d = d;
+    d.set_scope_id(index);
+    Ok(Some(Route::RdmaCm {
+        dest: SocketAddr::V6(d),
+        src,
+        dest_if: Some(name),
+    }))
+}
+
 /// How a login travels: the CM port space, the addresses, and which form of the login is the private
 /// data. RDMA/CM (`dest=`): RDMA_PS_TCP, IP addresses, the 56-byte `srp_login_req_rdma` (the CM adds a
 /// 36-byte header). IB CM (`dgid, pkey, service_id`) through librdmacm's AF_IB: RDMA_PS_IB, a
@@ -68,7 +94,7 @@ struct LoginPlan {
 impl LoginPlan {
     fn for_route(route: &Route) -> Self {
         match *route {
-            Route::RdmaCm { dest, src } => LoginPlan {
+            Route::RdmaCm { dest, src, .. } => LoginPlan {
                 port_space: rdma_port_space::RDMA_PS_TCP,
                 dst: sockaddr::ip_sockaddr(dest),
                 src: src.map(|ip| sockaddr::ip_sockaddr(SocketAddr::new(ip, 0))),
@@ -225,6 +251,20 @@ impl Endpoint {
 
     /// Logs one channel in. Blocks for at most a few times `p.timeout`.
     pub fn connect(p: &ConnectParams) -> Result<Endpoint, RdmaError> {
+        let scoped;
+        let p = match with_scope(&p.target.transport)? {
+            Some(t) => {
+                scoped = ConnectParams {
+                    target: crate::wire::target::TargetSpec {
+                        transport: t,
+                        ..p.target.clone()
+                    },
+                    ..p.clone()
+                };
+                &scoped
+            }
+            None => p,
+        };
         let dest = match p.target.transport {
             Route::RdmaCm { dest, .. } => dest,
             // IB CM targets have no IP address; messages name them 0.0.0.0:0
@@ -1113,6 +1153,24 @@ mod tests {
         assert_eq!(pd.len(), 64);
         assert_eq!(pd[0], 0x00, "the IB form starts with the opcode");
         assert_eq!(&pd[48..64], &[2; 16]);
+    }
+
+    /// An interface named as the IPv6 scope is looked up as ib_srp does; one the host lacks is an
+    /// error naming it.
+    #[test]
+    fn an_interface_scope_becomes_its_index() {
+        use crate::wire::target::TargetSpec;
+        let t = TargetSpec::parse("id_ext=1,ioc_guid=1,dest=[fe80::1%lo]:5555").unwrap();
+        let lo = nix::net::if_::if_nametoindex("lo").unwrap();
+        let Some(Route::RdmaCm { dest, .. }) = with_scope(&t.transport).unwrap() else {
+            panic!("no scope looked up")
+        };
+        assert!(matches!(dest, SocketAddr::V6(d) if d.scope_id() == lo && d.port() == 5555));
+        let t = TargetSpec::parse("id_ext=1,ioc_guid=1,dest=[fe80::1%nosuchif0]:5555").unwrap();
+        let e = with_scope(&t.transport).unwrap_err().to_string();
+        assert!(e.contains("interface 'nosuchif0'"), "{e}");
+        let t = TargetSpec::parse("id_ext=1,ioc_guid=1,dest=10.0.0.1:5555").unwrap();
+        assert!(with_scope(&t.transport).unwrap().is_none());
     }
 
     /// Without an RDMA device (the host), connecting fails with an error naming the cause, not a

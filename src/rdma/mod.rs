@@ -24,6 +24,14 @@ use std::os::fd::RawFd;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RdmaError {
+    /// `dest=[IPv6%NAME]:PORT` names an interface this host does not have.
+    #[error("dest= is scoped by interface '{name}', which this host does not have ({detail}): see `ip link`")]
+    NoInterface {
+        /// The interface name.
+        name: String,
+        /// The lookup's error.
+        detail: String,
+    },
     /// No RDMA device has a route to the target.
     #[error(
         "target {dest} is unreachable over RDMA ({detail}): check that an RDMA device (e.g. \

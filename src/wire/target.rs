@@ -95,10 +95,14 @@ pub struct TargetSpec {
 pub enum Transport {
     /// RDMA/CM (RoCE, iWARP, IB with IP addressing): `dest=ip:port`.
     RdmaCm {
-        /// Where the target listens.
+        /// Where the target listens (an IPv6 scope given by name is in `dest_if`, its scope id 0
+        /// until the interface is looked up at login).
         dest: SocketAddr,
         /// Local address to bind, if given.
         src: Option<IpAddr>,
+        /// The interface an IPv6 link-local `dest` is scoped by, when named
+        /// (`dest=[fe80::1%eth0]:5555`, as ib_srp accepts).
+        dest_if: Option<IfName>,
     },
     /// The IB CM: `dgid`, `pkey`, `service_id`.
     IbCm {
@@ -156,9 +160,70 @@ fn parse_dgid(tok: &str, v: &str) -> Result<[u8; 16], TargetError> {
 }
 
 /// `ip:port` or `[ipv6]:port`; the port is mandatory (as in ib_srp).
-fn parse_dest(tok: &str, v: &str) -> Result<SocketAddr, TargetError> {
+/// A network interface's name (at most 15 bytes, as the kernel's IFNAMSIZ allows).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct IfName {
+    len: u8,
+    name: [u8; 15],
+}
+
+impl IfName {
+    /// A name the kernel could give an interface: 1 to 15 bytes, no '/', ':', '%', blank or NUL.
+    pub fn new(s: &str) -> Option<IfName> {
+        let ok = !s.is_empty()
+            && s.len() <= 15
+            && s != "."
+            && s != ".."
+            && s.bytes()
+                .all(|c| c.is_ascii_graphic() && !b"/:%[]".contains(&c));
+        if !ok {
+            return None;
+        }
+        let mut name = [0u8; 15];
+        name[..s.len()].copy_from_slice(s.as_bytes());
+        Some(IfName {
+            len: s.len() as u8,
+            name,
+        })
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        // built from a &str of ASCII bytes
+        std::str::from_utf8(&self.name[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl std::fmt::Display for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `[IPv6%IFNAME]:PORT`: the address and port, and the interface named as its scope.
+fn scoped_by_name(v: &str) -> Option<(SocketAddr, IfName)> {
+    let (inner, port) = v.strip_prefix('[')?.split_once("]:")?;
+    let (ip, scope) = inner.split_once('%')?;
+    if scope.bytes().all(|c| c.is_ascii_digit()) {
+        return None; // a numeric scope id: SocketAddr parses it
+    }
+    let ip: std::net::Ipv6Addr = ip.parse().ok()?;
+    let port: u16 = port.parse().ok()?;
+    Some((SocketAddr::new(IpAddr::V6(ip), port), IfName::new(scope)?))
+}
+
+fn parse_dest(tok: &str, v: &str) -> Result<(SocketAddr, Option<IfName>), TargetError> {
     if let Ok(sa) = v.parse::<SocketAddr>() {
-        return Ok(sa);
+        return Ok((sa, None));
+    }
+    if let Some((sa, name)) = scoped_by_name(v) {
+        return Ok((sa, Some(name)));
     }
     if v.parse::<IpAddr>().is_ok()
         || v.trim_start_matches('[')
@@ -171,7 +236,10 @@ fn parse_dest(tok: &str, v: &str) -> Result<SocketAddr, TargetError> {
             "the port is missing: use dest=IP:PORT (LIO's RDMA/CM port is often 5555)",
         ));
     }
-    Err(err(tok, "expected IP:PORT or [IPv6]:PORT"))
+    Err(err(
+        tok,
+        "expected IP:PORT, [IPv6]:PORT or [IPv6%INTERFACE]:PORT",
+    ))
 }
 
 fn parse_src(tok: &str, v: &str) -> Result<IpAddr, TargetError> {
@@ -315,7 +383,7 @@ impl TargetSpec {
             return Err(err(s.trim(), "id_ext and ioc_guid are mandatory"));
         };
         let transport = match (dest, dgid, pkey, service_id) {
-            (Some(dest), ..) => Transport::RdmaCm { dest, src },
+            (Some((dest, dest_if)), ..) => Transport::RdmaCm { dest, src, dest_if },
             (None, Some(dgid), Some(pkey), Some(service_id)) => Transport::IbCm {
                 dgid,
                 pkey,
@@ -423,8 +491,13 @@ impl fmt::Display for TargetSpec {
                 ",dgid={},pkey={pkey:04x},service_id={service_id:016x}",
                 hex16(&dgid)
             )?,
-            Transport::RdmaCm { dest, src } => {
-                write!(f, ",dest={dest}")?;
+            Transport::RdmaCm { dest, src, dest_if } => {
+                match (dest, dest_if) {
+                    (SocketAddr::V6(d), Some(n)) => {
+                        write!(f, ",dest=[{}%{n}]:{}", d.ip(), d.port())?
+                    }
+                    _ => write!(f, ",dest={dest}")?,
+                }
                 if let Some(s) = src {
                     write!(f, ",src={s}")?;
                 }
@@ -679,6 +752,32 @@ mod tests {
         assert_eq!(TargetSpec::parse(&t.to_string()).unwrap(), t);
         let v6 = TargetSpec::parse("id_ext=1,ioc_guid=2,dest=[fe80::1]:5555").unwrap();
         assert_eq!(TargetSpec::parse(&v6.to_string()).unwrap(), v6);
+    }
+
+    #[test]
+    fn an_ipv6_dest_scoped_by_an_interface_name() {
+        let t = TargetSpec::parse("id_ext=1,ioc_guid=1,dest=[fe80::2%eth0]:5555").unwrap();
+        let Transport::RdmaCm { dest, dest_if, .. } = t.transport else {
+            panic!("not RDMA/CM")
+        };
+        assert_eq!(dest, "[fe80::2]:5555".parse::<SocketAddr>().unwrap());
+        assert_eq!(dest_if.map(|n| n.to_string()).as_deref(), Some("eth0"));
+        assert!(t.to_string().contains(",dest=[fe80::2%eth0]:5555"), "{t}");
+        assert_eq!(TargetSpec::parse(&t.to_string()).unwrap(), t);
+        // a numeric scope is the address's own
+        let t = TargetSpec::parse("id_ext=1,ioc_guid=1,dest=[fe80::2%3]:5555").unwrap();
+        assert!(
+            matches!(t.transport, Transport::RdmaCm { dest: SocketAddr::V6(d), dest_if: None, .. } if d.scope_id() == 3)
+        );
+        for bad in [
+            "[fe80::2%]:5555",
+            "[fe80::2%a/b]:5555",
+            "[fe80::2%0123456789abcdef]:5555",
+            "[fe80::2%eth0]",
+        ] {
+            let s = format!("id_ext=1,ioc_guid=1,dest={bad}");
+            assert!(TargetSpec::parse(&s).is_err(), "{bad} parsed");
+        }
     }
 
     #[test]
