@@ -336,6 +336,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
         nix::sys::signal::SIGTERM,
         nix::sys::signal::SIGINT,
         nix::sys::signal::SIGHUP,
+        nix::sys::signal::SIGUSR2,
     ] {
         sigs.add(s);
     }
@@ -349,6 +350,9 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     state.pid_start = srp_ublk::session::state::ProcStat::own().map(|s| s.start);
     super::daemon::protect_from_reclaim();
     state.owner = a.owner.clone();
+    state.image_started = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     state.poll = format!("{:?}", a.poll).to_lowercase();
     state.timers = Some(a.timers()?);
     state.log = std::env::var(LOG_ENV).unwrap_or_default();
@@ -403,6 +407,8 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
                     tracing::info!("SIGHUP: checking the LUN's capacity");
                     cap2.check.store(true, Relaxed);
                 }
+                // `srp-ublk upgrade`: returns only if the new image could not be started
+                Ok(nix::sys::signal::SIGUSR2) => re_exec(dev_id),
                 Ok(sig) => {
                     tracing::info!("{sig:?}: stopping ublk device {dev_id}");
                     if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(dev_id as i32) {
@@ -472,6 +478,50 @@ fn hand_over(dev_id: u32, since: SystemTime) {
     tracing::error!(
         "handing /dev/ublkb{dev_id} over failed ({err}); I/O stays held under the timers, and the \
          RDMA device removal completes when this daemon exits (`srp-ublk del`, or dev_loss_tmo)"
+    );
+}
+
+/// `srp-ublk upgrade`: replaces this daemon's image with the binary installed where it was started
+/// from, running `add --recover` of its device (built from the state file as `recover` builds it).
+/// Every descriptor closes with the old image, so ublk quiesces the device with its I/O queued and
+/// the target sees the channels go; the new image logs in and recovers the device, and ublk issues
+/// the I/O again. Returns (logging why) only if the new image could not be started.
+fn re_exec(dev_id: u32) {
+    let d = match DeviceState::read(&DeviceState::path(dev_id)) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!("upgrade of /dev/ublkb{dev_id} refused: its state file: {e}");
+            return;
+        }
+    };
+    // /proc/self/exe names the file this image came from, " (deleted)" once a package replaced it
+    let exe = match std::fs::read_link("/proc/self/exe") {
+        Ok(p) => {
+            let s = p.to_string_lossy();
+            std::path::PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s))
+        }
+        Err(e) => {
+            tracing::error!("upgrade of /dev/ublkb{dev_id} refused: /proc/self/exe: {e}");
+            return;
+        }
+    };
+    if !exe.is_file() {
+        tracing::error!(
+            "upgrade of /dev/ublkb{dev_id} refused: no binary at {}: this image goes on serving",
+            exe.display()
+        );
+        return;
+    }
+    tracing::warn!(
+        "upgrade: /dev/ublkb{dev_id} goes over to the binary at {} (same pid {})",
+        exe.display(),
+        std::process::id()
+    );
+    use std::os::unix::process::CommandExt;
+    let err = Command::new(&exe).args(super::recover::argv(&d)).exec();
+    tracing::error!(
+        "upgrade of /dev/ublkb{dev_id}: exec {} failed ({err}); this image goes on serving",
+        exe.display()
     );
 }
 

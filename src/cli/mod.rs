@@ -13,6 +13,7 @@ pub mod serve;
 pub mod target;
 pub mod udev_id;
 pub mod up;
+pub mod upgrade;
 
 use clap::{Args, Parser, Subcommand};
 use srp_ublk::session::timers::{parse_tmo, TimerError, Timers, Tmo};
@@ -167,6 +168,9 @@ pub enum Command {
     Up(up::UpArgs),
     /// Detach the devices of the targets configured in /etc/srp-ublk/targets.d.
     Down(up::DownArgs),
+    /// Have running daemons re-execute the installed binary (after a package upgrade), keeping
+    /// their devices: a pause, no I/O error.
+    Upgrade(upgrade::UpgradeArgs),
     /// Print the udev properties of an srp-ublk device (for udev/60-srp-ublk.rules).
     UdevId(udev_id::UdevIdArgs),
     /// Work with target strings (ib_srp add_target syntax, srp_daemon lines and rules).
@@ -189,5 +193,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::UdevId(a) => udev_id::run(a),
         Command::Up(a) => up::run_up(a),
         Command::Down(a) => up::run_down(a),
+        Command::Upgrade(a) => upgrade::run(a),
     }
 }

@@ -53,6 +53,10 @@ pub struct DeviceState {
     /// got the pid after the daemon died has another. Absent in files of older versions.
     #[serde(default)]
     pub pid_start: Option<u64>,
+    /// When the daemon's current image started serving (ms since the epoch): `upgrade` waits for
+    /// it to move.
+    #[serde(default)]
+    pub image_started: u64,
     /// Who attached the device: the targets.d name `up` brought it up for; `None` for a manual `add`.
     #[serde(default)]
     pub owner: Option<String>,

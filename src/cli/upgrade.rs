@@ -1,0 +1,88 @@
+//! `srp-ublk upgrade`: have running daemons re-execute the installed binary, keeping their devices
+//! (same pid; ublk user recovery carries the I/O across), after a package upgrade replaced the file.
+//! The daemon, on SIGUSR2, replaces its image with `add --recover` of its own device from the path it
+//! was started from; the new image logs in and takes the device over as `recover` does. Applications
+//! see a pause, no error.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use nix::sys::signal::Signal::SIGUSR2;
+use srp_ublk::session::state::DeviceState;
+use std::time::{Duration, Instant};
+
+/// `srp-ublk upgrade ...`
+#[derive(Debug, Args)]
+pub struct UpgradeArgs {
+    /// The ublk device id (N of /dev/ublkbN).
+    #[arg(short = 'n', long = "number", required_unless_present = "all")]
+    pub id: Option<u32>,
+    /// Every srp-ublk device with a running daemon.
+    #[arg(long, short = 'a', conflicts_with = "id")]
+    pub all: bool,
+    /// Seconds to wait for each daemon's new image to serve its device.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+/// Runs `upgrade`.
+pub fn run(a: UpgradeArgs) -> anyhow::Result<()> {
+    let devs: Vec<DeviceState> = if a.all {
+        DeviceState::all()
+            .into_iter()
+            .filter(super::daemon::alive)
+            .collect()
+    } else {
+        let id = a.id.unwrap_or(0);
+        let d = DeviceState::read(&DeviceState::path(id))
+            .with_context(|| format!("no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"))?;
+        if !super::daemon::alive(&d) {
+            bail!(
+                "/dev/ublkb{id} has no running daemon ({}): `srp-ublk recover -n {id}` starts one \
+                 from the installed binary",
+                super::daemon::describe(&d)
+            );
+        }
+        vec![d]
+    };
+    let mut failed = 0;
+    for d in devs {
+        match upgrade_one(&d, Duration::from_secs(a.timeout)) {
+            Ok(took) => println!(
+                "{}: daemon pid {} runs the installed binary again; serving {took:.1?} after the \
+                 signal (I/O paused at most that long)",
+                d.bdev, d.pid
+            ),
+            Err(e) => {
+                eprintln!("srp-ublk: error: {}: {e:#}", d.bdev);
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} device(s) not upgraded");
+    }
+    Ok(())
+}
+
+fn upgrade_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<Duration> {
+    if d.rdma_device.is_empty() {
+        bail!("a demo backend has nothing to carry across a new image: delete and add it");
+    }
+    let t = Instant::now();
+    super::daemon::signal(d, SIGUSR2)?;
+    let path = DeviceState::path(d.dev_id);
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Ok(now) = DeviceState::read(&path) {
+            if now.image_started > d.image_started && super::daemon::alive(&now) {
+                return Ok(t.elapsed());
+            }
+        }
+        if t.elapsed() > timeout {
+            bail!(
+                "no new image served the device within {timeout:?}; see the daemon log {}",
+                d.log
+            );
+        }
+    }
+}
