@@ -27,7 +27,7 @@ build: deps
     cargo build --release --locked
 
 # formatting, clippy, unit tests, fuzz smoke, the lab selftest and the lab's end-to-end suite
-test: deps fmt-check clippy unit fuzz-smoke lab-selftest lab-test
+test: deps fmt-check clippy unit fuzz-smoke lab-selftest vm-test lab-test
 
 # cargo fmt --check
 fmt-check:
@@ -48,6 +48,10 @@ lab-run FILE: build
 # the end-to-end suite in the lab; prints "N passed, N failed" (LAB_ONLY=name runs a subset)
 lab-test: build
     bash {{lab}} test
+
+# a QEMU guest whose virtio-blk disk is srp-ublk's NBD export (docs/vm-hosts.md's options), read back
+vm-test: build
+    bash tests/lab/vm/run.sh
 
 # proves lab-run propagates a guest script's exit status
 lab-selftest: build

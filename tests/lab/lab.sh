@@ -22,6 +22,7 @@
 #                 resize a live device (UPDATE_SIZE); `test` also boots it for $NEW_KERNEL_TESTS
 #   LAB_ONLY      with 'test': run only the suite tests whose name contains this
 #   SRP_UBLK_BIN  srp-ublk binary to put in the guest (default target/release/srp-ublk)
+#   LAB_QEMU_EXTRA  more qemu options, split on blanks (tests/lab/vm/run.sh: a virtio-blk disk)
 #
 # Everything is cached under target/lab/ (kernel .deb, unpacked kernel, base initramfs); the files
 # a guest script writes to $LAB_OUT come back under target/lab/out/ (target/lab/out/systemd/ for
@@ -191,6 +192,7 @@ GUEST_TOOLS="/usr/bin/kmod /usr/bin/ip /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_d
     /usr/bin/eu-stack /usr/sbin/dmsetup /usr/bin/ss"
 GUEST_MODULES="configfs 9p 9pnet_virtio virtio_pci ublk_drv rdma_rxe ib_uverbs rdma_ucm ib_umad ib_srpt ib_srp
     target_core_mod target_core_file target_core_iblock sd_mod sg veth dummy nbd ext4 dm_multipath loop
+    virtio_blk
     dm_service_time dm_round_robin dm_queue_length
     crc32_generic crc32_pclmul crc32c_generic crc32c_intel"
 
@@ -343,7 +345,7 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
         -append "console=ttyS0,115200 rdinit=$init panic=-1 loglevel=3 mitigations=off quiet" \
         -virtfs "local,path=$RUN/share,mount_tag=lab,security_model=none,id=lab" \
         -virtfs "local,path=$OUT,mount_tag=labout,security_model=none,id=labout" \
-        > "$RUN/qemu.log" 2>&1 &
+        ${LAB_QEMU_EXTRA:-} > "$RUN/qemu.log" 2>&1 &
     local qpid=$! qrc=0
     # stream the guest console live (the job's output goes there too)
     tail -n +1 -F --pid=$qpid "$CON" 2>/dev/null | sed -u 's/\r$//' &
