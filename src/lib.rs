@@ -16,4 +16,5 @@ pub mod frontend;
 pub mod ratelimit;
 pub mod rdma;
 pub mod session;
+pub mod stats;
 pub mod wire;

@@ -696,6 +696,9 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus
         }
     }
     state.size_pending = cap.pending.load(Relaxed);
+    state.updated_ms = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     state.capacity_checks = cap.checks.load(Relaxed);
     state.capacity_check_failures = cap.failures.load(Relaxed);
     for (q, s) in state.queues.iter_mut().zip(status) {
@@ -707,6 +710,8 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus
         q.reconnects = s.reconnects.load(Relaxed);
         q.luns_changed = s.luns_changed.load(Relaxed);
         q.capacity_changed = s.capacity_changed.load(Relaxed);
+        q.aborts = s.aborts.load(Relaxed);
+        q.io = s.io.snapshot();
     }
 }
 

@@ -10,6 +10,7 @@ pub mod logfile;
 pub mod recover;
 pub mod resize;
 pub mod serve;
+pub mod stats;
 pub mod target;
 pub mod udev_id;
 pub mod up;
@@ -160,6 +161,9 @@ pub enum Command {
     Recover(recover::RecoverArgs),
     /// Re-read a device's LUN capacity now and resize the device to it (after growing the LUN).
     Resize(resize::ResizeArgs),
+    /// What each device and queue is doing: IOPS, MB/s, latency percentiles, errors, reconnects;
+    /// or every counter in the Prometheus text format (--prometheus FILE).
+    Stats(stats::StatsArgs),
     /// Serve a target's LUN (or a demo backend) as an NBD export, in the foreground.
     Serve(serve::ServeArgs),
     /// Show what this host offers: ublk driver, RDMA devices, ports and GIDs, modules.
@@ -189,6 +193,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Resize(a) => resize::run(a),
         Command::Features => features::run(),
         Command::Serve(a) => serve::run(a),
+        Command::Stats(a) => stats::run(a),
         Command::Target(t) => target::run(t),
         Command::UdevId(a) => udev_id::run(a),
         Command::Up(a) => up::run_up(a),

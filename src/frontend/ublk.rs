@@ -15,6 +15,7 @@ pub use crate::session::rport::LinkState;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
 use crate::session::{Fresh, LunInfo, Relogin, Session, RELOGIN_STEP};
+use crate::stats::{IoCounters, IoKind, SharedIo};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
@@ -47,11 +48,17 @@ pub struct QueueStatus {
     pub luns_changed: AtomicU64,
     /// CAPACITY DATA HAS CHANGED unit attentions seen (the daemon then re-reads the capacity).
     pub capacity_changed: AtomicU64,
+    /// Commands that timed out and were aborted (ABORT TASK).
+    pub aborts: AtomicU64,
+    /// Operations, bytes, errors and latencies (`srp-ublk stats`).
+    pub io: SharedIo,
 }
 
 impl QueueStatus {
-    fn publish(&self, ch: &Channel<Endpoint>, state: LinkState) {
+    fn publish(&self, ch: &Channel<Endpoint>, io: &IoCounters, state: LinkState) {
         let st = ch.stats();
+        self.aborts.store(st.timeouts, Relaxed);
+        self.io.publish(io);
         self.req_lim.store(ch.req_lim(), Relaxed);
         self.cmds.store(st.cmds, Relaxed);
         self.credit_stalls.store(st.credit_stalls, Relaxed);
@@ -757,8 +764,23 @@ struct QueueRes {
     ch: Channel<Endpoint>,
     bufs: Vec<IoBuf<u8>>,
     data: Vec<DataBuf>,
-    /// Per tag: (length, whether the result is a byte count).
-    pending: Vec<(u32, bool)>,
+    pending: Pending,
+}
+
+/// What each tag's command is, and the queue's counters (kept here, published by
+/// [`QueueStatus::publish`]).
+struct Pending {
+    tags: Vec<TagIo>,
+    io: IoCounters,
+}
+
+/// A tag's command: its length, whether its result is a byte count, its kind and when it came.
+#[derive(Clone, Copy)]
+struct TagIo {
+    len: u32,
+    rw: bool,
+    kind: IoKind,
+    started: Instant,
 }
 
 /// Registers every tag buffer on `ep` (once per login).
@@ -817,7 +839,18 @@ fn run_queue(
         ch,
         bufs,
         data: Vec::new(),
-        pending: vec![(0, false); usize::from(q.get_depth() as u16)],
+        pending: Pending {
+            tags: vec![
+                TagIo {
+                    len: 0,
+                    rw: false,
+                    kind: IoKind::Other,
+                    started: Instant::now(),
+                };
+                usize::from(q.get_depth() as u16)
+            ],
+            io: IoCounters::default(),
+        },
     };
     res.data = if res.ch.transport().is_stopped() {
         // a channel that starts down: its buffers are registered with its first login
@@ -841,7 +874,7 @@ fn run_queue(
         // it logs in from the loop, once the ring has taken the FETCH commands
         on_down(qid, &q, &mut res, &mut link, status);
     }
-    status.publish(&res.ch, link.state());
+    status.publish(&res.ch, &res.pending.io, link.state());
     loop {
         if !wake_pending {
             wake_pending = submit_poll(&q, wake_fd, OP_POLL_WAKE, 0);
@@ -864,7 +897,7 @@ fn run_queue(
         // while down, the loop ticks (DOWN_TICK) instead of sleeping on the ring
         let mut to_wait = if spin || !up { 0 } else { 1 };
         if to_wait == 1 || loops % 1024 == 0 {
-            status.publish(&res.ch, link.state());
+            status.publish(&res.ch, &res.pending.io, link.state());
         }
         if to_wait == 1 {
             if !cq_poll_pending {
@@ -981,7 +1014,7 @@ fn run_queue(
     } else {
         fail_held(&q, &mut res);
     }
-    status.publish(&res.ch, link.state());
+    status.publish(&res.ch, &res.pending.io, link.state());
     drop(res);
     Ok(())
 }
@@ -1010,7 +1043,7 @@ fn on_down(
             t.down_plan()
         );
     }
-    status.publish(&res.ch, link.state());
+    status.publish(&res.ch, &res.pending.io, link.state());
     // the device under the channel is going away: let go of what is ours on it at once, and of
     // what librdmacm holds by handing the ublk device over to a new image of this daemon
     if res.ch.transport().release_if_removed() {
@@ -1027,7 +1060,7 @@ fn on_down(
             step.down_for
         );
         fail_held(q, res);
-        status.publish(&res.ch, link.state());
+        status.publish(&res.ch, &res.pending.io, link.state());
     }
     if step.lost {
         tracing::error!(
@@ -1035,7 +1068,7 @@ fn on_down(
             step.down_for
         );
         fail_held(q, res);
-        status.publish(&res.ch, link.state());
+        status.publish(&res.ch, &res.pending.io, link.state());
         // the same path as `srp-ublk del`: the daemon's signal thread stops the device
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
         return false;
@@ -1073,7 +1106,7 @@ fn reconnect(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, statu
             let held = held - failed;
             let down = link.rport.reconnected(now);
             status.reconnects.fetch_add(1, Relaxed);
-            status.publish(&res.ch, link.state());
+            status.publish(&res.ch, &res.pending.io, link.state());
             tracing::warn!(
                 "queue {qid}: reconnected after {down:.1?}; {held} command(s) re-issued"
             );
@@ -1181,12 +1214,12 @@ fn complete_ready(q: &UblkQueue, res: &mut QueueRes) -> usize {
     }
 }
 
-fn commit(q: &UblkQueue, bufs: &[IoBuf<u8>], pending: &[(u32, bool)], d: Done) {
+fn commit(q: &UblkQueue, bufs: &[IoBuf<u8>], pending: &mut Pending, d: Done) {
     let tag = d.tag;
-    let (len, rw) = pending[usize::from(tag)];
-    let res = match d.outcome.bytes(len) {
+    let t = pending.tags[usize::from(tag)];
+    let res = match d.outcome.bytes(t.len) {
         Ok(n) => {
-            if rw {
+            if t.rw {
                 n as i32
             } else {
                 0
@@ -1194,6 +1227,8 @@ fn commit(q: &UblkQueue, bufs: &[IoBuf<u8>], pending: &[(u32, bool)], d: Done) {
         }
         Err(errno) => -errno,
     };
+    let us = t.started.elapsed().as_micros() as u64;
+    pending.io.record(t.kind, t.len, res >= 0, us);
     let _ = q.complete_io_cmd_unified(
         tag,
         BufDesc::Slice(bufs[usize::from(tag)].as_slice()),
@@ -1220,10 +1255,16 @@ fn start_io(q: &UblkQueue, res: &mut QueueRes, geo: Geometry, tag: u16) {
         _ => None,
     };
     let idx = usize::from(tag);
-    res.pending[idx] = (
+    res.pending.tags[idx] = TagIo {
         len,
-        matches!(block_op, Some(BlockOp::Read | BlockOp::Write { .. })),
-    );
+        rw: matches!(block_op, Some(BlockOp::Read | BlockOp::Write { .. })),
+        kind: match block_op {
+            Some(BlockOp::Read) => IoKind::Read,
+            Some(BlockOp::Write { .. }) => IoKind::Write,
+            _ => IoKind::Other,
+        },
+        started: Instant::now(),
+    };
     let result = match block_op {
         None => Err(libc::EOPNOTSUPP),
         Some(bop) => to_scsi(
@@ -1237,6 +1278,9 @@ fn start_io(q: &UblkQueue, res: &mut QueueRes, geo: Geometry, tag: u16) {
         .and_then(|cmd| res.ch.submit(tag, cmd).map_err(|_| libc::EIO)),
     };
     if let Err(errno) = result {
+        res.pending
+            .io
+            .record(res.pending.tags[idx].kind, len, false, 0);
         let _ = q.complete_io_cmd_unified(
             tag,
             BufDesc::Slice(res.bufs[idx].as_slice()),

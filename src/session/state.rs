@@ -38,6 +38,12 @@ pub struct QueueState {
     /// CAPACITY DATA HAS CHANGED unit attentions seen.
     #[serde(default)]
     pub capacity_changed: u64,
+    /// Commands aborted after timing out.
+    #[serde(default)]
+    pub aborts: u64,
+    /// Operations, bytes, errors and latencies since the queue started.
+    #[serde(default)]
+    pub io: crate::stats::IoCounters,
 }
 
 /// A served device.
@@ -53,6 +59,10 @@ pub struct DeviceState {
     /// got the pid after the daemon died has another. Absent in files of older versions.
     #[serde(default)]
     pub pid_start: Option<u64>,
+    /// When the daemon last wrote the counters (ms since the epoch): `stats` measures rates between
+    /// two such times.
+    #[serde(default)]
+    pub updated_ms: u64,
     /// When the daemon's current image started serving (ms since the epoch): `upgrade` waits for
     /// it to move.
     #[serde(default)]

@@ -1,0 +1,314 @@
+//! `srp-ublk stats`: what each device and queue is doing, from the counters its daemon publishes in
+//! the state file: rates over an interval (IOPS and MB/s read and written, latency percentiles),
+//! credit stalls, reconnects, aborts and errors; or every counter in the Prometheus text format, for
+//! node_exporter's textfile collector.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use srp_ublk::session::state::DeviceState;
+use srp_ublk::stats::{bucket_upper_us, IoCounters, BUCKETS};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// `srp-ublk stats ...`
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// One device (N of /dev/ublkbN); default: every srp-ublk device.
+    #[arg(short = 'n', long = "number")]
+    pub id: Option<u32>,
+    /// Seconds over which rates are measured, at least: between two of the daemons' counter
+    /// updates (every 2 s) that far apart.
+    #[arg(long, default_value_t = 2.0)]
+    pub interval: f64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write every counter, in the Prometheus text format, to this file (atomically: for
+    /// node_exporter's textfile collector) instead of measuring rates; "-" for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub prometheus: Option<String>,
+}
+
+fn devices(id: Option<u32>) -> anyhow::Result<Vec<DeviceState>> {
+    match id {
+        Some(id) => Ok(vec![DeviceState::read(&DeviceState::path(id))
+            .with_context(|| {
+                format!("no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)")
+            })?]),
+        None => Ok(DeviceState::all()),
+    }
+}
+
+/// Runs `stats`.
+pub fn run(a: StatsArgs) -> anyhow::Result<()> {
+    if let Some(out) = &a.prometheus {
+        let text = prometheus(&devices(a.id)?);
+        if out == "-" {
+            print!("{text}");
+            return Ok(());
+        }
+        let tmp = format!("{out}.tmp");
+        std::fs::write(&tmp, &text).with_context(|| format!("writing {tmp}"))?;
+        return std::fs::rename(&tmp, out).with_context(|| format!("renaming {tmp} to {out}"));
+    }
+    if !(a.interval > 0.0 && a.interval <= 3600.0) {
+        bail!("--interval {}: give seconds from 0.1 to 3600", a.interval);
+    }
+    let before = devices(a.id)?;
+    std::thread::sleep(Duration::from_secs_f64(a.interval));
+    // then the next update of every device's counters (a dead daemon's never comes)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let after = loop {
+        let now = devices(a.id)?;
+        let fresh = now.iter().all(|d| {
+            before
+                .iter()
+                .find(|b| b.dev_id == d.dev_id)
+                .is_none_or(|b| d.updated_ms > b.updated_ms)
+        });
+        if fresh || Instant::now() > deadline {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let rows: Vec<Rates> = after
+        .iter()
+        .map(|d| {
+            let was = before.iter().find(|b| b.dev_id == d.dev_id);
+            let ms = was.map_or(0, |w| d.updated_ms.saturating_sub(w.updated_ms));
+            let secs = if ms > 0 {
+                ms as f64 / 1000.0
+            } else {
+                a.interval
+            };
+            Rates::of(d, was, secs)
+        })
+        .collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        for r in &rows {
+            print!("{}", r.text());
+        }
+    }
+    Ok(())
+}
+
+/// One device's (or queue's) rates over the interval.
+#[derive(Debug, serde::Serialize)]
+struct Rates {
+    /// `/dev/ublkbN`, or `qN` for a queue.
+    name: String,
+    read_iops: f64,
+    read_mb_s: f64,
+    write_iops: f64,
+    write_mb_s: f64,
+    other_iops: f64,
+    /// Latency percentiles over the interval, microseconds (p50, p90, p99, p99.9).
+    latency_us: Option<[u64; 4]>,
+    errors: u64,
+    credit_stalls: u64,
+    reconnects: u64,
+    aborts: u64,
+    queues: Vec<Rates>,
+}
+
+impl Rates {
+    fn of(d: &DeviceState, was: Option<&DeviceState>, secs: f64) -> Rates {
+        let queues: Vec<Rates> = d
+            .queues
+            .iter()
+            .map(|q| {
+                let b = was.and_then(|w| w.queues.iter().find(|x| x.qid == q.qid));
+                let io = q.io.since(&b.map(|b| b.io.clone()).unwrap_or_default());
+                let delta = |now: u64, f: fn(&srp_ublk::session::state::QueueState) -> u64| {
+                    now.saturating_sub(b.map_or(0, f))
+                };
+                Rates::from_io(
+                    format!("q{}", q.qid),
+                    &io,
+                    secs,
+                    [
+                        delta(q.credit_stalls, |x| x.credit_stalls),
+                        delta(q.reconnects, |x| x.reconnects),
+                        delta(q.aborts, |x| x.aborts),
+                    ],
+                    Vec::new(),
+                )
+            })
+            .collect();
+        let mut all = IoCounters::default();
+        for q in &d.queues {
+            let b = was.and_then(|w| w.queues.iter().find(|x| x.qid == q.qid));
+            all.add(&q.io.since(&b.map(|b| b.io.clone()).unwrap_or_default()));
+        }
+        let sum = |f: fn(&Rates) -> u64| queues.iter().map(f).sum();
+        let events = [
+            sum(|q| q.credit_stalls),
+            sum(|q| q.reconnects),
+            sum(|q| q.aborts),
+        ];
+        Rates::from_io(d.bdev.clone(), &all, secs, events, queues)
+    }
+
+    fn from_io(
+        name: String,
+        io: &IoCounters,
+        secs: f64,
+        ev: [u64; 3],
+        queues: Vec<Rates>,
+    ) -> Rates {
+        let per = |n: u64| n as f64 / secs;
+        let pct = [0.5, 0.9, 0.99, 0.999].map(|p| io.percentile(p));
+        Rates {
+            name,
+            read_iops: per(io.read_ops),
+            read_mb_s: per(io.read_bytes) / 1e6,
+            write_iops: per(io.write_ops),
+            write_mb_s: per(io.write_bytes) / 1e6,
+            other_iops: per(io.other_ops),
+            latency_us: pct[0].map(|_| pct.map(|p| p.unwrap_or(0))),
+            errors: io.errors,
+            credit_stalls: ev[0],
+            reconnects: ev[1],
+            aborts: ev[2],
+            queues,
+        }
+    }
+
+    fn line(&self) -> String {
+        let lat = self.latency_us.map_or("latency -".to_string(), |l| {
+            format!(
+                "latency p50 {} p90 {} p99 {} p99.9 {}",
+                us(l[0]),
+                us(l[1]),
+                us(l[2]),
+                us(l[3])
+            )
+        });
+        format!(
+            "read {:.0} IOPS {:.1} MB/s  write {:.0} IOPS {:.1} MB/s  other {:.0}/s  {lat}  errors {}  \
+             credit stalls {}  reconnects {}  aborts {}",
+            self.read_iops,
+            self.read_mb_s,
+            self.write_iops,
+            self.write_mb_s,
+            self.other_iops,
+            self.errors,
+            self.credit_stalls,
+            self.reconnects,
+            self.aborts
+        )
+    }
+
+    fn text(&self) -> String {
+        let mut s = format!("{}  {}\n", self.name, self.line());
+        for q in &self.queues {
+            let _ = writeln!(s, "    {}  {}", q.name, q.line());
+        }
+        s
+    }
+}
+
+/// A latency for people: microseconds below 10 ms, else milliseconds.
+fn us(v: u64) -> String {
+    if v < 10_000 {
+        format!("{v} us")
+    } else {
+        format!("{:.1} ms", v as f64 / 1000.0)
+    }
+}
+
+/// Histogram bounds exported: 2^k - 1 microseconds (exact bucket edges), 15 us to about 8.4 s.
+const LE_POW2: std::ops::RangeInclusive<u32> = 4..=23;
+
+/// Every counter of `devs`, in the Prometheus text format (what node_exporter's textfile collector
+/// reads), names after the Prometheus conventions (`_total` counters, base units: bytes, seconds).
+fn prometheus(devs: &[DeviceState]) -> String {
+    type Get = fn(&srp_ublk::session::state::QueueState) -> u64;
+    let counters: [(&str, &str, Get); 9] = [
+        ("srp_ublk_read_ops_total", "Reads completed.", |q| {
+            q.io.read_ops
+        }),
+        ("srp_ublk_read_bytes_total", "Bytes read.", |q| {
+            q.io.read_bytes
+        }),
+        ("srp_ublk_write_ops_total", "Writes completed.", |q| {
+            q.io.write_ops
+        }),
+        ("srp_ublk_write_bytes_total", "Bytes written.", |q| {
+            q.io.write_bytes
+        }),
+        (
+            "srp_ublk_other_ops_total",
+            "Flush, discard and write-zeroes operations completed.",
+            |q| q.io.other_ops,
+        ),
+        (
+            "srp_ublk_io_errors_total",
+            "Operations that ended with an error.",
+            |q| q.io.errors,
+        ),
+        (
+            "srp_ublk_credit_stalls_total",
+            "Times a command waited for SRP credits.",
+            |q| q.credit_stalls,
+        ),
+        (
+            "srp_ublk_reconnects_total",
+            "Channel reconnects that succeeded.",
+            |q| q.reconnects,
+        ),
+        (
+            "srp_ublk_aborts_total",
+            "Commands aborted after timing out.",
+            |q| q.aborts,
+        ),
+    ];
+    let label = |d: &DeviceState, q: u16| {
+        format!(
+            "device=\"ublkb{}\",lun=\"{}\",queue=\"{q}\"",
+            d.dev_id, d.lun
+        )
+    };
+    let mut s = String::new();
+    for (name, help, get) in counters {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+        for d in devs {
+            for q in &d.queues {
+                let _ = writeln!(s, "{name}{{{}}} {}", label(d, q.qid), get(q));
+            }
+        }
+    }
+    let name = "srp_ublk_queue_running";
+    let _ = writeln!(s, "# HELP {name} 1 while the queue's SRP channel carries I/O, 0 while it is down.\n# TYPE {name} gauge");
+    for d in devs {
+        for q in &d.queues {
+            let up = u8::from(q.state == "running" && super::daemon::alive(d));
+            let _ = writeln!(s, "{name}{{{}}} {up}", label(d, q.qid));
+        }
+    }
+    let name = "srp_ublk_io_latency_seconds";
+    let _ = writeln!(s, "# HELP {name} Time from the block layer's request to its completion.\n# TYPE {name} histogram");
+    for d in devs {
+        for q in &d.queues {
+            let l = label(d, q.qid);
+            let lat = &q.io.lat;
+            let mut cum = 0u64;
+            let mut i = 0;
+            for k in LE_POW2 {
+                let edge = (1u64 << k) - 1;
+                while i < lat.len().min(BUCKETS) && bucket_upper_us(i) <= edge {
+                    cum += lat[i];
+                    i += 1;
+                }
+                let _ = writeln!(s, "{name}_bucket{{{l},le=\"{}\"}} {cum}", edge as f64 / 1e6);
+            }
+            let count: u64 = lat.iter().sum();
+            let _ = writeln!(s, "{name}_bucket{{{l},le=\"+Inf\"}} {count}");
+            let _ = writeln!(s, "{name}_sum{{{l}}} {}", q.io.lat_sum_us as f64 / 1e6);
+            let _ = writeln!(s, "{name}_count{{{l}}} {count}");
+        }
+    }
+    s
+}

@@ -1,0 +1,78 @@
+//! `srp-ublk stats --prometheus`: every counter of a device's state file in the Prometheus text
+//! format, parsed back by the Prometheus project's own Python parser (Debian's
+//! python3-prometheus-client, which `just deps` installs, run by Debian's /usr/bin/python3) and
+//! checked value by value.
+
+use std::process::Command;
+
+#[test]
+fn prometheus_text_parses_and_carries_the_counters() {
+    let dir = std::env::temp_dir().join(format!("srp-ublk-stats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut lat = vec![0u64; srp_ublk::stats::BUCKETS];
+    let mut io = srp_ublk::stats::IoCounters::default();
+    for us in [90u64, 100, 110, 2000, 3_000_000] {
+        io.record(srp_ublk::stats::IoKind::Read, 4096, true, us);
+        lat[srp_ublk::stats::bucket(us)] += 1;
+    }
+    io.record(srp_ublk::stats::IoKind::Write, 65536, false, 500);
+    assert_eq!(io.lat.iter().sum::<u64>(), 6);
+    let state = serde_json::json!({
+        "dev_id": 7, "bdev": "/dev/ublkb7", "pid": 1, "target": "t", "lun": 2, "size": 1048576,
+        "block_size": 512, "depth": 64, "poll": "adaptive", "vendor": "V", "product": "P",
+        "serial": null, "wwid": null, "rdma_device": "rxe0", "log": "",
+        "queues": [{"qid": 0, "tid": 1, "req_lim_login": 128, "req_lim": 128, "cmds": 6,
+                    "credit_stalls": 3, "state": "running", "reconnects": 2, "aborts": 1,
+                    "io": io}]
+    });
+    std::fs::write(dir.join("ublkb7.json"), state.to_string()).unwrap();
+    let out = dir.join("srp-ublk.prom");
+    let st = Command::new(env!("CARGO_BIN_EXE_srp-ublk"))
+        .args(["stats", "--prometheus"])
+        .arg(&out)
+        .env("SRP_UBLK_RUN_DIR", &dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let py = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+text = open(sys.argv[1]).read()
+for fam in text_string_to_metric_families(text):
+    for s in fam.samples:
+        print(f"{fam.type} {s.name} {s.labels.get('le', '-')} {float(s.value)}")
+"#;
+    let parsed = Command::new("/usr/bin/python3")
+        .args(["-c", py])
+        .arg(&out)
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&parsed.stdout);
+    assert!(
+        parsed.status.success(),
+        "the Prometheus parser failed (apt-get install python3-prometheus-client, or `just deps`): {}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+    let want = [
+        "counter srp_ublk_read_ops_total - 5.0",
+        "counter srp_ublk_read_bytes_total - 20480.0",
+        "counter srp_ublk_write_ops_total - 1.0",
+        "counter srp_ublk_write_bytes_total - 65536.0",
+        "counter srp_ublk_io_errors_total - 1.0",
+        "counter srp_ublk_credit_stalls_total - 3.0",
+        "counter srp_ublk_reconnects_total - 2.0",
+        "counter srp_ublk_aborts_total - 1.0",
+        "gauge srp_ublk_queue_running - 0.0", // pid 1 is not this device's daemon
+        "histogram srp_ublk_io_latency_seconds_bucket 0.000127 3.0", // 90, 100, 110 us
+        "histogram srp_ublk_io_latency_seconds_bucket 0.000511 4.0", // and 500 us
+        "histogram srp_ublk_io_latency_seconds_bucket 0.001023 4.0",
+        "histogram srp_ublk_io_latency_seconds_bucket 0.002047 5.0", // and 2 ms
+        "histogram srp_ublk_io_latency_seconds_bucket 2.097151 5.0",
+        "histogram srp_ublk_io_latency_seconds_bucket +Inf 6.0", // and 3 s
+        "histogram srp_ublk_io_latency_seconds_count - 6.0",
+    ];
+    for w in want {
+        assert!(text.lines().any(|l| l == w), "missing '{w}' in:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
