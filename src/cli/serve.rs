@@ -9,7 +9,7 @@ use srp_ublk::frontend::nbd::{self, Export, Limits, Listen, Source};
 use srp_ublk::session::Session;
 use srp_ublk::wire::target::TargetSpec;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// `srp-ublk serve ...`
 #[derive(Debug, Args)]
@@ -118,7 +118,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 max_trim: chunk_bytes(s.lun.max_unmap_blocks(), bs),
                 max_zero: chunk_bytes(s.lun.max_write_same_blocks(max_io), bs),
                 source: Source::Srp {
-                    pool: Arc::new(Mutex::new(s.channels)),
+                    pool: Arc::new(nbd::Pool::new(s.channels, s.relogin.clone())),
                     geo,
                     depth: s.depth,
                     relogin: s.relogin.clone(),

@@ -16,6 +16,7 @@ use crate::session::rport::Rport;
 use crate::session::timers::Timers;
 use crate::session::{Relogin, RELOGIN_STEP};
 mod listen;
+mod pool;
 mod tls;
 
 use crate::wire::nbd::{
@@ -23,9 +24,10 @@ use crate::wire::nbd::{
 };
 pub use listen::{bind_unix, Limits, Listen, ListenError, SocketError};
 use listen::{Stream, Timed};
+pub use pool::Pool;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use tls::{server_config, TlsError};
 
@@ -36,7 +38,7 @@ pub enum Source {
     /// SRP channels (the real thing); each connection takes one.
     Srp {
         /// Free channels.
-        pool: Arc<Mutex<Vec<Channel<Endpoint>>>>,
+        pool: Arc<Pool>,
         /// The LUN's geometry.
         geo: Geometry,
         /// Commands in flight per connection.
@@ -248,6 +250,7 @@ fn handshake(
                     match Exec::open(ex) {
                         Ok(e) => Some(e),
                         Err(msg) => {
+                            tracing::info!("NBD: a client's GO refused: {msg}");
                             s.write_all(&nbd::option_reply(
                                 h.option,
                                 rep::ERR_POLICY,
@@ -302,22 +305,6 @@ fn handshake(
     }
 }
 
-/// Why a connection gets no channel.
-#[derive(Debug, thiserror::Error)]
-enum OpenError {
-    /// Every channel serves another connection.
-    #[error(
-        "every SRP channel is in use by another connection; start `srp-ublk serve` with more --queues"
-    )]
-    NoChannel,
-    /// The connection's buffers could not be registered.
-    #[error("cannot register the connection's buffers: {0}")]
-    Register(#[source] crate::rdma::RdmaError),
-    /// A thread panicked holding the pool.
-    #[error("internal error: the channel pool is poisoned")]
-    Poisoned,
-}
-
 /// Executes block operations for one connection: on its SRP channel, or on a demo backend.
 // one per connection, created once and never moved on the I/O path: its size does not matter
 #[allow(clippy::large_enum_variant)]
@@ -326,7 +313,7 @@ enum Exec {
         ch: Option<Channel<Endpoint>>,
         bufs: Vec<DataBuf>,
         geo: Geometry,
-        pool: Arc<Mutex<Vec<Channel<Endpoint>>>>,
+        pool: Arc<Pool>,
         /// The channel's link: reconnects after a failure, as a ublk queue's does.
         rport: Rport,
         relogin: Relogin,
@@ -354,11 +341,15 @@ impl Drop for Exec {
                     }
                 }
                 if c.busy() == 0 && c.down().is_none() {
-                    if let Ok(mut p) = pool.lock() {
-                        p.push(c);
-                    }
+                    pool.give_back(c);
                 } else {
-                    tracing::warn!("an NBD connection's SRP channel is dropped (down or stuck): one fewer connection can be served");
+                    // stopped (no RDMA into its buffers any more), closed after the next login
+                    c.transport().quiesce();
+                    pool.lost(c);
+                    tracing::warn!(
+                        "an NBD connection's SRP channel is dropped (down or stuck); the next \
+                         connection that needs one logs a new one in"
+                    );
                 }
             }
         }
@@ -366,7 +357,7 @@ impl Drop for Exec {
 }
 
 impl Exec {
-    fn open(ex: &Export) -> Result<Exec, OpenError> {
+    fn open(ex: &Export) -> Result<Exec, pool::PoolError> {
         let depth = ex.depth();
         match &ex.source {
             Source::Srp {
@@ -376,15 +367,12 @@ impl Exec {
                 timers,
                 ..
             } => {
-                let ch = pool.lock().map_err(|_| OpenError::Poisoned)?.pop();
-                let Some(mut ch) = ch else {
-                    return Err(OpenError::NoChannel);
-                };
+                let mut ch = pool.take()?;
                 let bufs = match ch.transport().alloc_region(depth, ex.max_io) {
                     Ok(b) => b,
                     Err(e) => {
-                        pool.lock().map(|mut p| p.push(ch)).ok();
-                        return Err(OpenError::Register(e));
+                        pool.give_back(ch);
+                        return Err(pool::PoolError::Register(e));
                     }
                 };
                 Ok(Exec::Srp {

@@ -255,6 +255,20 @@ impl Relogin {
         })
     }
 
+    /// A channel logged in and ready to carry commands (what [`Relogin::connect`] gives, with its
+    /// engine): a replacement for one that was lost.
+    pub fn channel(&self, step: Duration) -> Result<Channel<Endpoint>, SessionError> {
+        let fresh = self.connect(step)?;
+        let p = &self.params;
+        let cfg = channel_config(
+            &fresh.ep,
+            p.send_slots - EXTRA_SLOTS,
+            self.lun,
+            p.req_it_iu_len,
+        );
+        Ok(Channel::new(fresh.ep, cfg))
+    }
+
     /// Every login from now on must find the LUN `id` names (its WWID or serial, size and logical
     /// block size): what a daemon that took a device over without a login of its own checks, so
     /// that a LUN mapping changed while the RDMA device was away never gets the device's I/O.
