@@ -5,11 +5,7 @@
 . /usr/lib/srp-lab/suite/lib.sh
 trap 'ip link set dummy0 up; kill $SRV 2>/dev/null; killall -9 fio 2>/dev/null; tail -n 30 /tmp/serve.err' EXIT
 SOCK=/run/srp-ublk/flap.sock
-srp-ublk serve --nbd unix:$SOCK --name flap --target "$SRP_TARGET" --queues 2 \
-    --reconnect-delay 2 --fast-io-fail-tmo 90 > /tmp/serve.out 2> /tmp/serve.err &
-SRV=$!
-i=0; while ! grep -q serving /tmp/serve.out && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-grep -q "serving NBD export 'flap'" /tmp/serve.out || fail "serve did not start: $(cat /tmp/serve.err)"
+nbd_serve $SOCK flap --queues 2 --reconnect-delay 2 --fast-io-fail-tmo 90
 URI="nbd+unix:///flap?socket=$SOCK"
 rm -f /tmp/fio-nbd.done
 ( fio --name=nv --ioengine=nbd --uri="$URI" --rw=randwrite --bsrange=4k-64k --iodepth=16 --size=64m \

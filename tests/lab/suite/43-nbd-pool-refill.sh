@@ -6,11 +6,7 @@
 . /usr/lib/srp-lab/suite/lib.sh
 trap 'ip link set dummy0 up; kill $SRV 2>/dev/null; killall -9 fio 2>/dev/null; tail -n 30 /tmp/serve.err' EXIT
 SOCK=/run/srp-ublk/refill.sock
-srp-ublk serve --nbd unix:$SOCK --name refill --target "$SRP_TARGET" --queues 1 \
-    --reconnect-delay 2 --fast-io-fail-tmo 4 > /tmp/serve.out 2> /tmp/serve.err &
-SRV=$!
-i=0; while ! grep -q serving /tmp/serve.out && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-grep -q "serving NBD export 'refill'" /tmp/serve.out || fail "serve did not start: $(cat /tmp/serve.err)"
+nbd_serve $SOCK refill --queues 1 --reconnect-delay 2 --fast-io-fail-tmo 4
 URI="nbd+unix:///refill?socket=$SOCK"
 # served: a client's connection gets a channel, as a client that retries would find (the first login
 # after the link came back can time out); prints the attempts it took
