@@ -350,9 +350,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     state.pid_start = srp_ublk::session::state::ProcStat::own().map(|s| s.start);
     super::daemon::protect_from_reclaim();
     state.owner = a.owner.clone();
-    state.image_started = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    state.image_started = epoch_ms(SystemTime::now());
     state.poll = format!("{:?}", a.poll).to_lowercase();
     state.timers = Some(a.timers()?);
     state.log = std::env::var(LOG_ENV).unwrap_or_default();
@@ -462,9 +460,7 @@ fn hand_over(dev_id: u32, since: SystemTime) {
             return;
         }
     };
-    let ms = since
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let ms = epoch_ms(since);
     let mut argv = super::recover::argv(&d);
     argv.extend(["--handover-since".into(), ms.to_string().into()]);
     tracing::warn!(
@@ -696,9 +692,7 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus
         }
     }
     state.size_pending = cap.pending.load(Relaxed);
-    state.updated_ms = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    state.updated_ms = epoch_ms(SystemTime::now());
     state.capacity_checks = cap.checks.load(Relaxed);
     state.capacity_check_failures = cap.failures.load(Relaxed);
     for (q, s) in state.queues.iter_mut().zip(status) {
@@ -713,6 +707,12 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus
         q.aborts = s.aborts.load(Relaxed);
         q.io = s.io.snapshot();
     }
+}
+
+/// Milliseconds since the epoch (what state files and the handover's command line carry).
+fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// After READY the parent exits: point stdout at /dev/null so later prints cannot fail.
