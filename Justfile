@@ -13,7 +13,7 @@ deps:
     #!/usr/bin/env bash
     set -euo pipefail
     missing=()
-    for p in libclang-dev libibverbs-dev librdmacm-dev pkg-config libnbd-bin qemu-utils fio systemd util-linux openssl python3-prometheus-client; do
+    for p in libclang-dev libibverbs-dev librdmacm-dev pkg-config libnbd-bin qemu-utils fio systemd util-linux openssl python3-prometheus-client nbdkit; do
         dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
     done
     if (( ${#missing[@]} )); then

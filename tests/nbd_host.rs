@@ -782,3 +782,72 @@ fn a_tcp_export_without_tls_needs_its_flag() {
     c.arg(format!("nbd://127.0.0.1:{}/x", s.port));
     assert!(run(c).contains("export-size: 16777216"));
 }
+
+#[test]
+fn block_status_and_structured_reads_match_nbdkit_on_the_same_image() {
+    // the same 16 MiB of data behind srp-ublk (mem) and behind nbdkit's file plugin: nbdinfo --map
+    // and qemu-img map must say the same (all data, never a hole that would make a client skip
+    // data), and qemu-img convert must read the same bytes through structured replies
+    let s = server("mem:16M", "img");
+    let dir = s.sock.parent().unwrap().to_path_buf();
+    let img = dir.join("img.raw");
+    let data: Vec<u8> = (0..16u32 << 20)
+        .map(|i| (i.wrapping_mul(40503) >> 7) as u8)
+        .collect();
+    std::fs::write(&img, &data).unwrap();
+    let ours = uri(&s, "img");
+    let mut c = tool("nbdcopy", "libnbd-bin");
+    c.arg(&img).arg(&ours);
+    run(c);
+    let ksock = dir.join("nbdkit.sock");
+    let mut kit = tool("nbdkit", "nbdkit")
+        .args(["--foreground", "-U"])
+        .arg(&ksock)
+        .args(["file"])
+        .arg(&img)
+        .spawn()
+        .expect("start nbdkit");
+    let t = Instant::now();
+    while !ksock.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "nbdkit did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let theirs = format!("nbd+unix:///?socket={}", ksock.display());
+    let map = |u: &str| {
+        let mut c = tool("nbdinfo", "libnbd-bin");
+        c.args(["--map", u]);
+        run(c)
+    };
+    let qmap = |path: &Path, export: &str| {
+        let mut c = tool("qemu-img", "qemu-utils");
+        c.args(["map", "--output=json", "--image-opts"])
+            .arg(format!(
+                "driver=nbd,server.type=unix,server.path={}{export}",
+                path.display()
+            ));
+        run(c)
+    };
+    let (m_ours, m_theirs) = (map(&ours), map(&theirs));
+    let (q_ours, q_theirs) = (qmap(&s.sock, ",export=img"), qmap(&ksock, ""));
+    let _ = kit.kill();
+    let _ = kit.wait();
+    assert_eq!(m_ours, m_theirs, "nbdinfo --map differs from nbdkit's");
+    assert!(m_ours.contains("16777216    0  data"), "{m_ours}");
+    assert_eq!(q_ours, q_theirs, "qemu-img map differs from nbdkit's");
+    let back = dir.join("back.raw");
+    let mut c = tool("qemu-img", "qemu-utils");
+    c.args(["convert", "-f", "raw", "-O", "raw", &ours])
+        .arg(&back);
+    run(c);
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "qemu-img convert read other bytes"
+    );
+    // BLOCK_STATUS without a negotiated context is refused
+    let mut raw = go(&s.sock, "img");
+    raw.write_all(&request(7, 0, 9, 0, 4096)).unwrap();
+    assert_eq!(reply(&mut raw), (22, 9));
+}

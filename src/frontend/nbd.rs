@@ -20,7 +20,8 @@ mod pool;
 mod tls;
 
 use crate::wire::nbd::{
-    self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, OptionHeader, Request,
+    self, cmd, cmdflag, err, opt, rep, tflag, InfoRequest, MetaContextRequest, OptionHeader,
+    Request,
 };
 pub use listen::{bind_unix, Limits, Listen, ListenError, SocketError};
 use listen::{Stream, Timed};
@@ -136,11 +137,11 @@ fn connection(
         s: &mut s,
         deadline,
     };
-    let Some(exec) = handshake(&mut timed, ex, tls)? else {
+    let Some((exec, neg)) = handshake(&mut timed, ex, tls)? else {
         return Ok(());
     };
     s.set_timeouts(None)?;
-    transmission(s, ex, exec)
+    transmission(s, ex, exec, neg)
 }
 
 fn bad(msg: impl Into<String>) -> io::Error {
@@ -150,11 +151,72 @@ fn bad(msg: impl Into<String>) -> io::Error {
 /// Option data above this closes the connection (no option of ours needs more).
 const MAX_OPTION_LEN: u32 = 64 * 1024;
 
+/// What the handshake agreed beyond the export: structured replies, and the base:allocation
+/// context for NBD_CMD_BLOCK_STATUS.
+#[derive(Clone, Copy, Debug, Default)]
+struct Negotiated {
+    structured: bool,
+    allocation: bool,
+}
+
+/// NBD_OPT_STRUCTURED_REPLY, LIST_META_CONTEXT and SET_META_CONTEXT.
+fn negotiate(
+    s: &mut Timed,
+    ex: &Export,
+    option: u32,
+    data: &[u8],
+    neg: &mut Negotiated,
+) -> io::Result<()> {
+    let refuse = |s: &mut Timed, kind, msg: &str| {
+        s.write_all(&nbd::option_reply(option, kind, msg.as_bytes()))
+    };
+    if option == opt::STRUCTURED_REPLY {
+        if !data.is_empty() {
+            return refuse(s, rep::ERR_INVALID, "STRUCTURED_REPLY takes no data");
+        }
+        neg.structured = true;
+        return s.write_all(&nbd::option_reply(option, rep::ACK, &[]));
+    }
+    let list = option == opt::LIST_META_CONTEXT;
+    let req = match MetaContextRequest::parse(data) {
+        Ok(r) => r,
+        Err(e) => return refuse(s, rep::ERR_INVALID, &e.to_string()),
+    };
+    if !list && !neg.structured {
+        return refuse(
+            s,
+            rep::ERR_INVALID,
+            "SET_META_CONTEXT needs structured replies first",
+        );
+    }
+    if !(req.name.is_empty() || req.name == ex.name) {
+        return refuse(s, rep::ERR_UNKNOWN, &format!("no export '{}'", req.name));
+    }
+    // LIST without queries lists every context; otherwise each query selects, or not
+    let chosen = (list && req.queries.is_empty())
+        || req
+            .queries
+            .iter()
+            .any(|q| MetaContextRequest::selects_allocation(q, list));
+    if !list {
+        neg.allocation = chosen;
+    }
+    let mut out = Vec::new();
+    if chosen {
+        let mut d = nbd::BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+        d.extend_from_slice(nbd::BASE_ALLOCATION.as_bytes());
+        out.extend(nbd::option_reply(option, rep::META_CONTEXT, &d));
+    }
+    out.extend(nbd::option_reply(option, rep::ACK, &[]));
+    s.write_all(&out)
+}
+
 fn handshake(
     s: &mut Timed,
     ex: &Export,
     tls: Option<Arc<rustls::ServerConfig>>,
-) -> io::Result<Option<Exec>> {
+) -> io::Result<Option<(Exec, Negotiated)>> {
+    let mut neg = Negotiated::default();
     s.write_all(&nbd::server_greeting())?;
     let mut f = [0u8; 4];
     s.read_exact(&mut f)?;
@@ -220,7 +282,7 @@ fn handshake(
                     reply.extend_from_slice(&[0u8; 124]);
                 }
                 s.write_all(&reply)?;
-                return Ok(Some(exec));
+                return Ok(Some((exec, neg)));
             }
             opt::INFO | opt::GO => {
                 let req = match InfoRequest::parse(&data) {
@@ -277,8 +339,8 @@ fn handshake(
                 }
                 out.extend(nbd::option_reply(h.option, rep::ACK, &[]));
                 s.write_all(&out)?;
-                if exec.is_some() {
-                    return Ok(exec);
+                if let Some(exec) = exec {
+                    return Ok(Some((exec, neg)));
                 }
             }
             opt::LIST => {
@@ -295,6 +357,9 @@ fn handshake(
                 let mut out = nbd::option_reply(h.option, rep::SERVER, &d);
                 out.extend(nbd::option_reply(h.option, rep::ACK, &[]));
                 s.write_all(&out)?;
+            }
+            opt::STRUCTURED_REPLY | opt::LIST_META_CONTEXT | opt::SET_META_CONTEXT => {
+                negotiate(s, ex, h.option, &data, &mut neg)?
             }
             opt::ABORT => {
                 let _ = s.write_all(&nbd::option_reply(h.option, rep::ACK, &[]));
@@ -604,6 +669,7 @@ fn on_down(
 struct TagReq {
     cookie: u64,
     read: bool,
+    off: u64,
     len: u32,
     /// What the tag does after its current command, before the client hears back.
     next: Next,
@@ -658,7 +724,17 @@ fn step(ex: &Export, op: BlockOp, off: u64, len: u64, fua: bool) -> (BlockOp, u3
 
 const SPINS: u32 = 200;
 
-fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
+/// An error reply: a structured error chunk for a READ once structured replies are on (its success
+/// is a chunk too), a simple reply otherwise.
+fn error_reply(out: &mut Vec<u8>, neg: Negotiated, read: bool, e: u32, cookie: u64) {
+    if neg.structured && read && e != 0 {
+        out.extend_from_slice(&nbd::error_chunk(e, cookie));
+    } else {
+        out.extend_from_slice(&nbd::simple_reply(e, cookie));
+    }
+}
+
+fn transmission(mut s: Stream, ex: &Export, mut exec: Exec, neg: Negotiated) -> io::Result<()> {
     s.set_nonblocking(true)?;
     let depth = ex.depth();
     let mut free: Vec<u16> = (0..depth).rev().collect();
@@ -715,7 +791,7 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
                 0
             };
             let reply_err = |out: &mut Vec<u8>, e: u32| {
-                out.extend_from_slice(&nbd::simple_reply(e, req.cookie))
+                error_reply(out, neg, req.kind == cmd::READ, e, req.cookie)
             };
             let end = req.offset.checked_add(u64::from(req.length));
             let in_range = end.is_some_and(|e| e <= ex.size);
@@ -729,6 +805,22 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
                 cmd::CACHE => {
                     rpos += nbd::REQUEST_LEN;
                     reply_err(&mut out, if in_range { 0 } else { err::EINVAL });
+                    continue;
+                }
+                cmd::BLOCK_STATUS => {
+                    // base:allocation: every block is data. A LUN's provisioning is not asked
+                    // (GET LBA STATUS), and a hole reported wrongly would make a client skip data
+                    rpos += nbd::REQUEST_LEN;
+                    if neg.allocation && in_range && req.length > 0 {
+                        out.extend_from_slice(&nbd::block_status_chunk(
+                            req.cookie,
+                            nbd::BASE_ALLOCATION_ID,
+                            req.length,
+                            0,
+                        ));
+                    } else {
+                        reply_err(&mut out, err::EINVAL);
+                    }
                     continue;
                 }
                 cmd::READ | cmd::WRITE | cmd::FLUSH | cmd::TRIM | cmd::WRITE_ZEROES => {}
@@ -791,6 +883,7 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
             tags[usize::from(tag)] = TagReq {
                 cookie: req.cookie,
                 read: req.kind == cmd::READ,
+                off: req.offset,
                 len: req.length,
                 next,
             };
@@ -831,13 +924,23 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec) -> io::Result<()> {
                 Err(e) => Err(e),
             };
             match r {
+                Ok(()) if t.read && neg.structured => {
+                    out.extend_from_slice(&nbd::chunk_header(
+                        nbd::chunk::FLAG_DONE,
+                        nbd::chunk::OFFSET_DATA,
+                        t.cookie,
+                        8 + t.len,
+                    ));
+                    out.extend_from_slice(&t.off.to_be_bytes());
+                    out.extend_from_slice(&exec.buf(tag)[..t.len as usize]);
+                }
                 Ok(()) => {
                     out.extend_from_slice(&nbd::simple_reply(0, t.cookie));
                     if t.read {
                         out.extend_from_slice(&exec.buf(tag)[..t.len as usize]);
                     }
                 }
-                Err(e) => out.extend_from_slice(&nbd::simple_reply(err::from_errno(e), t.cookie)),
+                Err(e) => error_reply(&mut out, neg, t.read, err::from_errno(e), t.cookie),
             }
             free.push(tag);
         }

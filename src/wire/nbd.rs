@@ -1,5 +1,6 @@
 //! NBD protocol structures (nbd `doc/proto.md`): the fixed-newstyle handshake, option requests and
-//! replies, transmission requests and simple replies. Big-endian on the wire; sizes asserted.
+//! replies (meta contexts among them), transmission requests, simple replies and structured reply
+//! chunks. Big-endian on the wire; sizes asserted.
 
 use super::{be16, be32, need, WireError};
 use zerocopy::big_endian::{U16, U32, U64};
@@ -15,6 +16,12 @@ pub const REP_MAGIC: u64 = 0x0003_e889_0455_65a9;
 pub const REQUEST_MAGIC: u32 = 0x2560_9513;
 /// Simple reply magic.
 pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+/// Structured reply chunk magic.
+pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+/// The one metadata context this server offers (allocation status).
+pub const BASE_ALLOCATION: &str = "base:allocation";
+/// [`BASE_ALLOCATION`]'s context id.
+pub const BASE_ALLOCATION_ID: u32 = 1;
 
 /// Handshake flags (server).
 pub mod hflag {
@@ -66,6 +73,12 @@ pub mod opt {
     pub const INFO: u32 = 6;
     /// NBD_OPT_GO.
     pub const GO: u32 = 7;
+    /// NBD_OPT_STRUCTURED_REPLY.
+    pub const STRUCTURED_REPLY: u32 = 8;
+    /// NBD_OPT_LIST_META_CONTEXT.
+    pub const LIST_META_CONTEXT: u32 = 9;
+    /// NBD_OPT_SET_META_CONTEXT.
+    pub const SET_META_CONTEXT: u32 = 10;
 }
 
 /// Option reply types.
@@ -76,6 +89,8 @@ pub mod rep {
     pub const SERVER: u32 = 2;
     /// Information (INFO/GO).
     pub const INFO: u32 = 3;
+    /// A metadata context (LIST/SET_META_CONTEXT): its id and name.
+    pub const META_CONTEXT: u32 = 4;
     /// Option not supported.
     pub const ERR_UNSUP: u32 = 0x8000_0001;
     /// Refused by policy.
@@ -118,6 +133,8 @@ pub mod cmd {
     pub const CACHE: u16 = 5;
     /// Write zeroes.
     pub const WRITE_ZEROES: u16 = 6;
+    /// Block status (metadata contexts).
+    pub const BLOCK_STATUS: u16 = 7;
 }
 
 /// Command flags.
@@ -246,6 +263,126 @@ pub fn simple_reply(error: u32, cookie: u64) -> [u8; SIMPLE_REPLY_LEN] {
     o[4..8].copy_from_slice(&error.to_be_bytes());
     o[8..16].copy_from_slice(&cookie.to_be_bytes());
     o
+}
+
+/// Structured reply chunk types and flags.
+pub mod chunk {
+    /// The last chunk of the reply.
+    pub const FLAG_DONE: u16 = 1;
+    /// NBD_REPLY_TYPE_OFFSET_DATA: offset, then data.
+    pub const OFFSET_DATA: u16 = 1;
+    /// NBD_REPLY_TYPE_BLOCK_STATUS: context id, then (length, flags) descriptors.
+    pub const BLOCK_STATUS: u16 = 5;
+    /// NBD_REPLY_TYPE_ERROR: error, message length, message.
+    pub const ERROR: u16 = (1 << 15) + 1;
+}
+
+/// Length of a structured reply chunk header.
+pub const CHUNK_HEADER_LEN: usize = 20;
+
+/// A structured reply chunk header for `len` bytes of payload.
+pub fn chunk_header(flags: u16, kind: u16, cookie: u64, len: u32) -> [u8; CHUNK_HEADER_LEN] {
+    let mut o = [0u8; CHUNK_HEADER_LEN];
+    o[0..4].copy_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    o[4..6].copy_from_slice(&flags.to_be_bytes());
+    o[6..8].copy_from_slice(&kind.to_be_bytes());
+    o[8..16].copy_from_slice(&cookie.to_be_bytes());
+    o[16..20].copy_from_slice(&len.to_be_bytes());
+    o
+}
+
+/// The final NBD_REPLY_TYPE_ERROR chunk of a reply (no message).
+pub fn error_chunk(error: u32, cookie: u64) -> [u8; CHUNK_HEADER_LEN + 6] {
+    let mut o = [0u8; CHUNK_HEADER_LEN + 6];
+    o[..CHUNK_HEADER_LEN].copy_from_slice(&chunk_header(chunk::FLAG_DONE, chunk::ERROR, cookie, 6));
+    o[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + 4].copy_from_slice(&error.to_be_bytes());
+    o
+}
+
+/// The final NBD_REPLY_TYPE_BLOCK_STATUS chunk of a reply: one extent of `len` bytes with `flags`
+/// (NBD_STATE_HOLE 1, NBD_STATE_ZERO 2; 0 is allocated data) for context `id`.
+pub fn block_status_chunk(
+    cookie: u64,
+    id: u32,
+    len: u32,
+    flags: u32,
+) -> [u8; CHUNK_HEADER_LEN + 12] {
+    let mut o = [0u8; CHUNK_HEADER_LEN + 12];
+    o[..CHUNK_HEADER_LEN].copy_from_slice(&chunk_header(
+        chunk::FLAG_DONE,
+        chunk::BLOCK_STATUS,
+        cookie,
+        12,
+    ));
+    o[20..24].copy_from_slice(&id.to_be_bytes());
+    o[24..28].copy_from_slice(&len.to_be_bytes());
+    o[28..32].copy_from_slice(&flags.to_be_bytes());
+    o
+}
+
+/// LIST_META_CONTEXT / SET_META_CONTEXT option data: the export and the queries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaContextRequest {
+    /// Export name.
+    pub name: String,
+    /// Context queries (e.g. "base:allocation", or "base:" for every base context).
+    pub queries: Vec<String>,
+}
+
+/// A length-prefixed string of NBD option data at `*at`, moving `*at` past it.
+fn prefixed(b: &[u8], at: &mut usize, what: &'static str) -> Result<String, WireError> {
+    need(what, b, *at + 4)?;
+    let n = be32(b, *at) as usize;
+    let end = (*at + 4)
+        .checked_add(n)
+        .filter(|&e| e <= b.len())
+        .ok_or(WireError::Truncated {
+            what,
+            need: (*at + 4).saturating_add(n),
+            got: b.len(),
+        })?;
+    let s = String::from_utf8_lossy(&b[*at + 4..end]).into_owned();
+    *at = end;
+    Ok(s)
+}
+
+impl MetaContextRequest {
+    /// Decodes the option data, checking every length against it.
+    pub fn parse(b: &[u8]) -> Result<Self, WireError> {
+        let what = "NBD meta context request";
+        let mut at = 0usize;
+        let name = prefixed(b, &mut at, "NBD meta context export name")?;
+        need(what, b, at + 4)?;
+        let n = be32(b, at) as usize;
+        at += 4;
+        // each query takes at least its 4-byte length: a count the data cannot hold is refused
+        if n > (b.len() - at) / 4 {
+            return Err(WireError::Invalid {
+                what,
+                field: "query count",
+                value: n as u64,
+                rule: "must fit the option length",
+            });
+        }
+        let queries = (0..n)
+            .map(|_| prefixed(b, &mut at, "NBD meta context query"))
+            .collect::<Result<Vec<_>, _>>()?;
+        if at != b.len() {
+            return Err(WireError::Invalid {
+                what,
+                field: "length",
+                value: b.len() as u64,
+                rule: "must end with the last query",
+            });
+        }
+        Ok(MetaContextRequest { name, queries })
+    }
+
+    /// Whether a query selects [`BASE_ALLOCATION`]: by name, or all of the `base:` namespace
+    /// (which LIST allows).
+    pub fn selects_allocation(q: &str, list: bool) -> bool {
+        q == BASE_ALLOCATION || (list && q == "base:")
+    }
 }
 
 /// The server's first 18 bytes: NBDMAGIC, IHAVEOPT, handshake flags.
@@ -395,6 +532,39 @@ mod tests {
         assert_eq!(o.len(), 20);
         assert_eq!(&o[0..8], &REP_MAGIC.to_be_bytes());
         assert_eq!(info_export(1 << 20, 1).len(), 12);
+    }
+
+    #[test]
+    fn meta_context_requests_and_chunks() {
+        let mut d = 3u32.to_be_bytes().to_vec();
+        d.extend_from_slice(b"vm0");
+        d.extend_from_slice(&2u32.to_be_bytes());
+        for q in ["base:allocation", "qemu:dirty-bitmap:x"] {
+            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            d.extend_from_slice(q.as_bytes());
+        }
+        let r = MetaContextRequest::parse(&d).unwrap();
+        assert_eq!(r.name, "vm0");
+        assert_eq!(r.queries, ["base:allocation", "qemu:dirty-bitmap:x"]);
+        assert!(MetaContextRequest::selects_allocation("base:", true));
+        assert!(!MetaContextRequest::selects_allocation("base:", false));
+        // a count the data cannot hold, a query running past the end, trailing bytes
+        let mut big = d[..7].to_vec();
+        big.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert!(MetaContextRequest::parse(&big).is_err());
+        assert!(MetaContextRequest::parse(&d[..d.len() - 1]).is_err());
+        let mut long = d.clone();
+        long.push(0);
+        assert!(MetaContextRequest::parse(&long).is_err());
+        assert!(MetaContextRequest::parse(&[0, 0]).is_err());
+        let h = chunk_header(chunk::FLAG_DONE, chunk::OFFSET_DATA, 7, 520);
+        assert_eq!(&h[0..4], &STRUCTURED_REPLY_MAGIC.to_be_bytes());
+        assert_eq!((be16(&h, 4), be16(&h, 6), be32(&h, 16)), (1, 1, 520));
+        let e = error_chunk(22, 7);
+        assert_eq!((be16(&e, 6), be32(&e, 16), be32(&e, 20)), (0x8001, 6, 22));
+        let b = block_status_chunk(7, BASE_ALLOCATION_ID, 4096, 0);
+        assert_eq!((be16(&b, 6), be32(&b, 16)), (5, 12));
+        assert_eq!((be32(&b, 20), be32(&b, 24), be32(&b, 28)), (1, 4096, 0));
     }
 
     #[test]
