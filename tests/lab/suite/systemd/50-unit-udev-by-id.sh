@@ -10,7 +10,7 @@
 . /usr/lib/srp-lab/suite/lib.sh
 ublk_cleanup
 U=srp-ublk@lab.service
-trap 'show_logs; journalctl -u "$U" --no-pager | tail -40; systemctl stop "$U"; ublk_cleanup' EXIT
+trap 'show_logs; journalctl -u "$U" --no-pager | tail -40; systemctl stop "$U"; rm -f /etc/srp-ublk/targets.d/lab.conf; ublk_cleanup' EXIT
 # dev_of LUN: the srp-ublk device serving LUN; pid_of DEV: its daemon
 dev_of() { srp-ublk list | grep " lun $1 " | cut -d' ' -f1; }
 pid_of() { srp-ublk list | grep "^$1 " | sed 's/.* pid \([0-9]*\)$/\1/'; }
@@ -118,5 +118,7 @@ i=0; while [ "$(live)" != "3 6" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1));
 expect_eq "devices started through srp-ublk-port@rxe0" "$(live)" "3 6"
 expect_eq "unit state started by the port unit" "$(systemctl is-active "$U")" active
 systemctl stop "$U" || fail "systemctl stop $U (after the port unit)"
+# later tests start from no target file: the port unit (udev) would start this one again
+rm -f /etc/srp-ublk/targets.d/lab.conf
 trap - EXIT
 ublk_cleanup

@@ -7,6 +7,13 @@
 . /usr/lib/srp-lab/setup.sh
 U=srp-ublk@auto.service
 ublk_cleanup
+# this test's target file is the only one: the port unit starts a unit for every file there
+mkdir -p /etc/srp-ublk/targets.d /tmp/targets.saved
+for f in /etc/srp-ublk/targets.d/*.conf; do
+    [ -e "$f" ] || continue
+    systemctl stop "srp-ublk@$(basename "$f" .conf).service"
+    mv "$f" /tmp/targets.saved/
+done
 restore() {
     [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
     waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10
