@@ -243,6 +243,10 @@ pub const TMF_TIMEOUT_MS: u64 = 5_000;
 /// Commands outstanding and no work completion at all for this long: the channel is taken down (a
 /// response in but its SEND never completing, or a task management request stuck the same way).
 pub const STALL_MS: u64 = CMD_TIMEOUT_MS + 2 * TMF_TIMEOUT_MS;
+/// Commands outstanding and no work completion for this long: the local port's state is read,
+/// and a port that is down takes the channel down (fast_io_fail then counts from the link loss,
+/// not from a command timeout).
+pub const LINK_CHECK_MS: u64 = 2_000;
 /// How often the timeouts are checked.
 const SCAN_MS: u64 = 1_000;
 /// SRP tags of task management requests: above every command tag (`gen << 16 | tag` < 2^32).
@@ -551,7 +555,13 @@ impl<T: Transport> Channel<T> {
         if self.down.is_none() {
             self.check_timeouts();
         }
-        if self.down.is_none() && now_ms.saturating_sub(self.last_wc) >= STALL_MS {
+        let quiet = now_ms.saturating_sub(self.last_wc);
+        if self.down.is_none() && quiet >= LINK_CHECK_MS {
+            if let Some(why) = self.t.link_down() {
+                self.set_down(DownReason::Transport(why));
+            }
+        }
+        if self.down.is_none() && quiet >= STALL_MS {
             self.set_down(DownReason::Timeout(format!(
                 "no completion for {} s with {} command(s) outstanding",
                 STALL_MS / 1000,

@@ -33,6 +33,8 @@ pub struct Faults {
     pub busy_next: u32,
     /// Never deliver the SEND completion of the next send.
     pub drop_next_send_wc: bool,
+    /// The local link is down: [`Transport::link_down`] says so.
+    pub link_down: bool,
 }
 
 /// The fake target.
@@ -422,5 +424,11 @@ impl Transport for FakeTarget {
     fn ack_notify(&mut self) -> Result<(), TransportError> {
         self.armed = false;
         Ok(())
+    }
+
+    fn link_down(&mut self) -> Option<String> {
+        self.faults
+            .link_down
+            .then(|| "local RDMA port fake/1 is 1: DOWN".into())
     }
 }

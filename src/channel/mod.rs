@@ -120,6 +120,12 @@ pub trait Transport {
     fn notify_fd(&self) -> Option<RawFd>;
     /// Consumes pending notifications (after the fd became readable).
     fn ack_notify(&mut self) -> Result<(), TransportError>;
+    /// Why the local link cannot carry the channel (its port is down), if it cannot. Asked only when
+    /// commands have waited [`engine::LINK_CHECK_MS`] without a completion: a response lost with
+    /// the link leaves nothing for the HCA to retry, so no completion would ever say so.
+    fn link_down(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// Which way a command's data goes, and where it lives.

@@ -149,6 +149,8 @@ pub struct Endpoint {
     login: Option<LoginRsp>,
     dest: SocketAddr,
     device: String,
+    /// The local port the route chose (its state says whether the link is up).
+    port: u8,
     port_guid: u64,
     /// The device's uverbs node in sysfs (`/sys/class/infiniband_verbs/uverbsN`): it goes first
     /// when the device is removed.
@@ -234,6 +236,7 @@ impl Endpoint {
             login: None,
             dest,
             device: String::new(),
+            port: 0,
             port_guid: 0,
             dev_path: std::path::PathBuf::new(),
         }
@@ -366,6 +369,7 @@ impl Endpoint {
         // SAFETY: reading the raw bytes of the union is always valid.
         let raw = unsafe { gid.raw };
         self.port_guid = u64::from_be_bytes(raw[8..16].try_into().expect("8 bytes"));
+        self.port = port;
 
         // SAFETY: ctx is valid.
         self.pd = unsafe { ibv_alloc_pd(ctx) };
@@ -1069,6 +1073,12 @@ impl Transport for Endpoint {
             };
         }
         Ok(n as usize)
+    }
+
+    fn link_down(&mut self) -> Option<String> {
+        let state = port_state(&self.device, self.port)?;
+        (!state.contains("ACTIVE"))
+            .then(|| format!("local RDMA port {}/{} is {state}", self.device, self.port))
     }
 
     fn arm(&mut self) -> Result<(), TransportError> {

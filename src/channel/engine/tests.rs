@@ -683,3 +683,24 @@ fn fast_io_fail_counts_from_a_command_s_first_hold_not_the_last_login() {
     assert_eq!(failed[0].tag, 1);
     assert_eq!(ch.busy(), 1);
 }
+
+#[test]
+fn a_response_lost_with_the_link_takes_the_channel_down_once_the_port_is_down() {
+    // the command was sent and acknowledged; its response went with the link: nothing completes
+    let (mut ch, bufs) = setup(16);
+    ch.set_clock(0);
+    ch.transport().faults.drop_next_rsp = true;
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
+    drain(&mut ch);
+    // port up: a quiet channel is left to the command timeout
+    for now in (0..=LINK_CHECK_MS * 3).step_by(500) {
+        ch.tick(now);
+    }
+    assert!(ch.down().is_none(), "{:?}", ch.down());
+    ch.transport().faults.link_down = true;
+    ch.tick(LINK_CHECK_MS * 3 + SCAN_MS);
+    match ch.down() {
+        Some(DownReason::Transport(why)) => assert!(why.contains("DOWN"), "{why}"),
+        other => panic!("expected a transport failure naming the port, got {other:?}"),
+    }
+}
