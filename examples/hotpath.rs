@@ -40,6 +40,22 @@ impl Instant {
 }
 
 impl Transport for Instant {
+    fn register_bufs(
+        &mut self,
+        bufs: &srp_ublk::rdma::TagBufs,
+    ) -> Result<Vec<DataBuf>, srp_ublk::channel::TransportError> {
+        Ok(bufs
+            .ios()
+            .iter()
+            .map(|b| DataBuf {
+                addr: b.as_ptr() as u64,
+                len: b.len() as u32,
+                lkey: 1,
+                rkey: 1,
+            })
+            .collect())
+    }
+    fn forget_bufs(&mut self) {}
     fn send_buf(&mut self, slot: u16) -> &mut [u8] {
         &mut self.send[usize::from(slot)]
     }

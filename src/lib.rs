@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod channel;
 pub mod frontend;
+pub mod path;
 pub mod ratelimit;
 pub mod rdma;
 pub mod session;

@@ -234,6 +234,8 @@ struct TagEntry {
     held_since: Option<u64>,
     /// Times it was carried to a new login.
     reissued: u8,
+    /// Its place in the order commands were submitted: a new login re-issues in this order.
+    seq: u64,
 }
 
 /// A command out this long is aborted (the SCSI layer's default command timeout).
@@ -285,6 +287,8 @@ pub struct Channel<T: Transport> {
     next_due: u64,
     /// When a work completion last arrived (or the channel last went from idle to busy).
     last_wc: u64,
+    /// The next command's [`TagEntry::seq`].
+    next_seq: u64,
     tmf: Option<Tmf>,
     tmf_seq: u16,
     /// A LOGICAL UNIT RESET is out: nothing new is sent until it ends.
@@ -313,6 +317,7 @@ impl<T: Transport> Channel<T> {
             sent: 0,
             held_since: None,
             reissued: 0,
+            seq: 0,
         };
         Channel {
             t,
@@ -341,6 +346,7 @@ impl<T: Transport> Channel<T> {
             now: 0,
             next_due: 0,
             last_wc: 0,
+            next_seq: 0,
             tmf: None,
             tmf_seq: 0,
             paused: false,
@@ -411,6 +417,8 @@ impl<T: Transport> Channel<T> {
         e.rsp = None;
         e.submitted = self.now;
         e.reissued = 0;
+        e.seq = self.next_seq;
+        self.next_seq += 1;
         e.held_since = self.down.is_some().then_some(self.now);
         if self.busy == 0 {
             self.last_wc = self.now;
@@ -1002,6 +1010,8 @@ impl<T: Transport> Channel<T> {
             (0..self.cfg.depth)
                 .filter(|&t| matches!(self.tags[usize::from(t)].state, TagState::Delayed { .. })),
         );
+        // in the order they were submitted: a write and a read of the same blocks keep theirs
+        order.sort_by_key(|&t| self.tags[usize::from(t)].seq);
         for &tag in &order {
             let e = &mut self.tags[usize::from(tag)];
             e.state = TagState::Waiting;

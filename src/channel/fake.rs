@@ -6,6 +6,7 @@
 //! and `va - addr` is the offset, so no raw memory is touched.
 
 use super::{DataBuf, Transport, TransportError, Wc, WcKind, WcStatus};
+use crate::rdma::{Keep, TagBufs};
 use crate::wire::scsi::cdb::op;
 use crate::wire::srp::{
     parse_initiator_iu, AerReq, CredReq, DataDesc, InitiatorIu, RspFlags, ScsiLun, SrpRsp, TLogout,
@@ -56,13 +57,19 @@ pub struct FakeTarget {
     recv: Vec<Vec<u8>>,
     recv_posted: Vec<bool>,
     bufs: Vec<Vec<u8>>,
+    /// Tag buffers registered by [`Transport::register_bufs`]: (first key, how many, the memory).
+    tag_bufs: Vec<(u32, u16, Keep)>,
+    next_tag_key: u32,
     cq: VecDeque<Wc>,
     outbox: VecDeque<Vec<u8>>,
     held: Vec<Vec<u8>>,
     armed: bool,
+    stopped: bool,
 }
 
 const BUF_BASE: u64 = 1 << 40;
+/// Keys of registered tag buffers start here (below: buffers from [`FakeTarget::alloc`]).
+const TAG_KEY_BASE: u32 = 1 << 20;
 
 impl FakeTarget {
     /// A target with a `disk_bytes` RAM disk, `slots` send slots and `nr_recv` posted receives.
@@ -79,10 +86,13 @@ impl FakeTarget {
             recv: vec![vec![0; 8260]; usize::from(nr_recv)],
             recv_posted: vec![true; usize::from(nr_recv)],
             bufs: Vec::new(),
+            tag_bufs: Vec::new(),
+            next_tag_key: TAG_KEY_BASE,
             cq: VecDeque::new(),
             outbox: VecDeque::new(),
             held: Vec::new(),
             armed: false,
+            stopped: false,
         }
     }
 
@@ -110,6 +120,8 @@ impl FakeTarget {
         );
         t.disk = std::mem::take(&mut self.disk);
         t.bufs = std::mem::take(&mut self.bufs);
+        // keys of tag buffers are never reused: a late access with an old login's key fails
+        t.next_tag_key = self.next_tag_key;
         t
     }
 
@@ -122,6 +134,39 @@ impl FakeTarget {
         let b = self.bufs.get_mut((key as usize).checked_sub(1)?)?;
         let off = va.checked_sub(BUF_BASE * u64::from(key))? as usize;
         b.get_mut(off..off.checked_add(len as usize)?)
+    }
+
+    /// The registered tag buffers `key` opens, if this login registered it.
+    fn tag_mem(&self, key: u32) -> Option<&Keep> {
+        self.tag_bufs
+            .iter()
+            .find(|(first, n, _)| (*first..*first + u32::from(*n)).contains(&key))
+            .map(|(_, _, k)| k)
+    }
+
+    /// The target's RDMA READ of `len` bytes at `va` under `key`.
+    fn dma_read(&mut self, key: u32, va: u64, len: u32) -> Option<Vec<u8>> {
+        match self.tag_mem(key) {
+            Some(k) => k.dma_read(va, len as usize),
+            None => self.mem(key, va, len).map(|m| m.to_vec()),
+        }
+    }
+
+    /// The target's RDMA WRITE of `data` at `va` under `key` (at most `len` bytes are open).
+    fn dma_write(&mut self, key: u32, va: u64, len: u32, data: &[u8]) -> bool {
+        if data.len() > len as usize {
+            return false;
+        }
+        match self.tag_mem(key) {
+            Some(k) => k.dma_write(va, data),
+            None => match self.mem(key, va, len) {
+                Some(m) => {
+                    m[..data.len()].copy_from_slice(data);
+                    true
+                }
+                None => false,
+            },
+        }
     }
 
     /// Sends an IU to the initiator (delivered into the next posted receive).
@@ -295,17 +340,16 @@ impl FakeTarget {
                 };
                 let (off, len) = ((lba * bs) as usize, (u64::from(n) * bs) as usize);
                 let data = self.disk[off..off + len].to_vec();
-                match self.mem(d.key, d.va, d.len) {
-                    Some(m) if m.len() >= len => m[..len].copy_from_slice(&data),
-                    _ => return Some(self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0)),
+                if !self.dma_write(d.key, d.va, d.len, &data) {
+                    return Some(self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0));
                 }
                 Some(self.respond(c.tag, 0, &[], 0, 0))
             }
             op::WRITE_16 | op::WRITE_SAME_16 | op::UNMAP => {
                 let data: Vec<u8> = match c.data_out {
                     DataDesc::Immediate { .. } => p.immediate.to_vec(),
-                    DataDesc::Direct(d) => match self.mem(d.key, d.va, d.len) {
-                        Some(m) => m.to_vec(),
+                    DataDesc::Direct(d) => match self.dma_read(d.key, d.va, d.len) {
+                        Some(m) => m,
                         None => return Some(self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0)),
                     },
                     _ => return Some(self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0)),
@@ -359,11 +403,11 @@ impl Transport for FakeTarget {
     ) -> Result<(), TransportError> {
         let mut iu = self.send_slots[usize::from(slot)][..len].to_vec();
         if let Some(b) = imm {
-            let data = self.mem(b.lkey, b.addr, b.len).ok_or(TransportError {
+            let data = self.dma_read(b.lkey, b.addr, b.len).ok_or(TransportError {
                 op: "fake post_send",
                 detail: "immediate data buffer not registered".into(),
             })?;
-            iu.extend_from_slice(data);
+            iu.extend_from_slice(&data);
         }
         let rsp = self.execute(&iu);
         let send_wc = Wc {
@@ -424,6 +468,38 @@ impl Transport for FakeTarget {
     fn ack_notify(&mut self) -> Result<(), TransportError> {
         self.armed = false;
         Ok(())
+    }
+
+    fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError> {
+        let first = self.next_tag_key;
+        self.next_tag_key += u32::from(bufs.depth());
+        self.tag_bufs.push((first, bufs.depth(), bufs.keep()));
+        Ok(bufs
+            .ios()
+            .iter()
+            .zip(first..)
+            .map(|(b, key)| DataBuf {
+                addr: b.as_ptr() as u64,
+                len: b.len() as u32,
+                lkey: key,
+                rkey: key,
+            })
+            .collect())
+    }
+
+    fn forget_bufs(&mut self) {
+        self.tag_bufs.clear();
+    }
+
+    fn stop(&mut self) {
+        self.stopped = true;
+        // what was in flight is gone with the login
+        self.outbox.clear();
+        self.held.clear();
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped
     }
 
     fn link_down(&mut self) -> Option<String> {

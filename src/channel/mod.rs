@@ -16,6 +16,7 @@ pub use engine::{
     CMD_TIMEOUT_MS, STALL_MS, TMF_TIMEOUT_MS,
 };
 
+use crate::rdma::TagBufs;
 use crate::wire::scsi::Cdb;
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
@@ -124,6 +125,30 @@ pub trait Transport {
     /// commands have waited [`engine::LINK_CHECK_MS`] without a completion: a response lost with
     /// the link leaves nothing for the HCA to retry, so no completion would ever say so.
     fn link_down(&mut self) -> Option<String> {
+        None
+    }
+    /// Registers `bufs` for the target's RDMA on this login; one descriptor per buffer. The login
+    /// keeps the memory alive as long as the registration.
+    fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError>;
+    /// Drops the registrations of [`Transport::register_bufs`] (nothing in flight uses them).
+    fn forget_bufs(&mut self);
+    /// Stops the transport: no completion and no RDMA reaches a buffer any more (the QP in the
+    /// error state, drained); its disconnect waits until it is replaced or dropped.
+    fn stop(&mut self) {}
+    /// Whether [`Transport::stop`] (or a close) happened.
+    fn is_stopped(&self) -> bool {
+        false
+    }
+    /// When the device under the transport is going away: closes it at once and says so.
+    fn release_if_removed(&mut self) -> bool {
+        false
+    }
+    /// The connection manager's event fd, if there is one.
+    fn cm_fd(&self) -> Option<RawFd> {
+        None
+    }
+    /// The next connection manager event (acted on), by name.
+    fn poll_cm(&mut self) -> Option<String> {
         None
     }
 }

@@ -9,12 +9,13 @@
 //! or, where the stream cannot be resynchronised (bad magic), a disconnect of that connection only.
 
 use crate::backend::MemDisk;
-use crate::channel::block::{to_scsi, BlockOp, FuaWrite, Geometry, WriteCache};
-use crate::channel::{clock_ms, Channel, DataBuf, Transport};
-use crate::rdma::Endpoint;
+use crate::channel::block::{BlockOp, FuaWrite, Geometry, WriteCache};
+use crate::channel::clock_ms;
+use crate::path::{Path, Returned};
+use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
-use crate::session::{Relogin, RELOGIN_STEP};
+use crate::session::Relogin;
 mod listen;
 mod pool;
 mod tls;
@@ -370,21 +371,14 @@ fn handshake(
     }
 }
 
-/// Executes block operations for one connection: on its SRP channel, or on a demo backend.
+/// Executes block operations for one connection: on its SRP path, or on a demo backend.
 // one per connection, created once and never moved on the I/O path: its size does not matter
 #[allow(clippy::large_enum_variant)]
 enum Exec {
     Srp {
-        ch: Option<Channel<Endpoint>>,
-        bufs: Vec<DataBuf>,
+        path: Option<Path<Relogin>>,
         geo: Geometry,
         pool: Arc<Pool>,
-        /// The channel's link: reconnects after a failure, as a ublk queue's does.
-        rport: Rport,
-        relogin: Relogin,
-        /// Its buffer region: `depth` slots of `max_io` bytes.
-        depth: u16,
-        max_io: u32,
     },
     Demo {
         disk: Option<Arc<MemDisk>>,
@@ -393,29 +387,35 @@ enum Exec {
     },
 }
 
+/// How long a connection that ended waits for its commands in flight before its channel is
+/// dropped rather than given back.
+const DRAIN_WAIT: Duration = Duration::from_secs(10);
+
 impl Drop for Exec {
     fn drop(&mut self) {
-        if let Exec::Srp { ch, pool, .. } = self {
-            if let Some(mut c) = ch.take() {
-                // a client that vanished may leave commands in flight: let them finish (bounded) so
-                // the channel can serve the next connection
-                let deadline = std::time::Instant::now() + Duration::from_secs(10);
-                while c.busy() > 0 && c.down().is_none() && std::time::Instant::now() < deadline {
-                    if c.process(&mut |_| {}) == 0 {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
-                if c.busy() == 0 && c.down().is_none() {
-                    pool.give_back(c);
-                } else {
-                    // stopped (no RDMA into its buffers any more), closed after the next login
-                    c.transport().quiesce();
-                    pool.lost(c);
-                    tracing::warn!(
-                        "an NBD connection's SRP channel is dropped (down or stuck); the next \
-                         connection that needs one logs a new one in"
-                    );
-                }
+        let Exec::Srp { path, pool, .. } = self else {
+            return;
+        };
+        let Some(mut p) = path.take() else {
+            return;
+        };
+        // a client that vanished may leave commands in flight: let them finish (bounded) so the
+        // channel can serve the next connection
+        let deadline = Instant::now() + DRAIN_WAIT;
+        while p.busy() > 0 && p.is_up() && Instant::now() < deadline {
+            if p.service(Instant::now(), &mut |_, _| {}).0 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        match p.into_channel() {
+            Returned::Idle(ch) => pool.give_back(ch),
+            Returned::Lost(ch) => {
+                // stopped (no RDMA into the buffers any more), closed after the next login
+                pool.lost(ch);
+                tracing::warn!(
+                    "an NBD connection's SRP channel is dropped (down or stuck); the next \
+                     connection that needs one logs a new one in"
+                );
             }
         }
     }
@@ -432,23 +432,18 @@ impl Exec {
                 timers,
                 ..
             } => {
-                let mut ch = pool.take()?;
-                let bufs = match ch.transport().alloc_region(depth, ex.max_io) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        pool.give_back(ch);
-                        return Err(pool::PoolError::Register(e));
-                    }
-                };
+                let ch = pool.take()?;
+                let bufs = TagBufs::new(depth, ex.max_io);
+                let name = "NBD connection".to_string();
+                let path = Path::new(ch, relogin.clone(), bufs, Rport::new(*timers), name)
+                    .map_err(|e| {
+                        pool.gone();
+                        pool::PoolError::Register(e)
+                    })?;
                 Ok(Exec::Srp {
-                    ch: Some(ch),
-                    bufs,
+                    path: Some(path),
                     geo: *geo,
                     pool: pool.clone(),
-                    rport: Rport::new(*timers),
-                    relogin: relogin.clone(),
-                    depth,
-                    max_io: ex.max_io,
                 })
             }
             Source::Mem(d) => Ok(Exec::Demo {
@@ -466,8 +461,8 @@ impl Exec {
 
     fn buf(&mut self, tag: u16) -> &mut [u8] {
         match self {
-            Exec::Srp { ch: Some(ch), .. } => ch.transport().region_buf(tag),
-            Exec::Srp { ch: None, .. } => &mut [],
+            Exec::Srp { path: Some(p), .. } => p.buf(tag),
+            Exec::Srp { path: None, .. } => &mut [],
             Exec::Demo { bufs, .. } => &mut bufs[usize::from(tag)],
         }
     }
@@ -475,23 +470,12 @@ impl Exec {
     fn submit(&mut self, tag: u16, op: BlockOp, off: u64, len: u32) -> Result<(), i32> {
         match self {
             Exec::Srp {
-                ch: Some(ch),
-                bufs,
-                geo,
-                ..
+                path: Some(p), geo, ..
             } => {
-                let cmd = to_scsi(
-                    op,
-                    off,
-                    len,
-                    geo,
-                    bufs[usize::from(tag)],
-                    ch.transport().region_buf(tag),
-                )?;
-                ch.set_clock(clock_ms());
-                ch.submit(tag, cmd).map_err(|_| libc::EIO)
+                p.set_clock(clock_ms());
+                p.submit(tag, op, off, len, geo)
             }
-            Exec::Srp { ch: None, .. } => Err(libc::EIO),
+            Exec::Srp { path: None, .. } => Err(libc::EIO),
             Exec::Demo { disk, bufs, done } => {
                 let b = &mut bufs[usize::from(tag)];
                 if let Some(d) = disk {
@@ -510,37 +494,23 @@ impl Exec {
         }
     }
 
-    /// Collects finished commands into `out`; returns how many completions were processed.
+    /// Collects finished commands into `out`; returns how many completions were processed. A
+    /// short transfer is an error here: NBD has no way to report one.
     fn poll(&mut self, out: &mut Vec<(u16, Result<(), i32>)>) -> usize {
         match self {
-            Exec::Srp {
-                ch: Some(ch),
-                bufs,
-                rport,
-                relogin,
-                depth,
-                max_io,
-                ..
-            } => {
-                if rport.is_up() {
-                    ch.tick(clock_ms());
-                }
-                let n = ch.process(&mut |d| {
-                    let r = if d.outcome.errno != 0 {
-                        Err(d.outcome.errno)
-                    } else if d.outcome.resid != 0 {
-                        Err(libc::EIO)
-                    } else {
-                        Ok(())
+            Exec::Srp { path: Some(p), .. } => {
+                p.tick(clock_ms());
+                let (n, _event) = p.service(Instant::now(), &mut |d, _| {
+                    let r = match d.outcome.errno {
+                        0 if d.outcome.resid != 0 => Err(libc::EIO),
+                        0 => Ok(()),
+                        e => Err(e),
                     };
                     out.push((d.tag, r));
                 });
-                if ch.down().is_some() {
-                    on_down(ch, bufs, rport, relogin, *depth, *max_io, out);
-                }
                 n
             }
-            Exec::Srp { ch: None, .. } => 0,
+            Exec::Srp { path: None, .. } => 0,
             Exec::Demo { done, .. } => {
                 let n = done.len();
                 out.append(done);
@@ -551,116 +521,22 @@ impl Exec {
 
     fn busy(&self) -> bool {
         match self {
-            Exec::Srp { ch: Some(ch), .. } => ch.busy() > 0,
-            Exec::Srp { ch: None, .. } => false,
+            Exec::Srp { path: Some(p), .. } => p.busy() > 0,
+            Exec::Srp { path: None, .. } => false,
             Exec::Demo { done, .. } => !done.is_empty(),
         }
     }
 
     fn arm(&mut self) -> Option<RawFd> {
         match self {
-            Exec::Srp { ch: Some(ch), .. } => {
-                let _ = ch.transport().arm();
-                ch.transport().notify_fd()
-            }
+            Exec::Srp { path: Some(p), .. } => p.arm(),
             _ => None,
         }
     }
 
     fn ack(&mut self) {
-        if let Exec::Srp { ch: Some(ch), .. } = self {
-            let _ = ch.transport().ack_notify();
-        }
-    }
-}
-
-/// The connection's channel is down: hold its I/O, reconnect every reconnect_delay, fail I/O after
-/// fast_io_fail_tmo, for good after dev_loss_tmo -- what a ublk queue does ([`Rport`]). The
-/// commands held keep their data in the old endpoint's buffer region until the new endpoint's
-/// region has a copy.
-fn on_down(
-    ch: &mut Channel<Endpoint>,
-    bufs: &mut Vec<DataBuf>,
-    rport: &mut Rport,
-    relogin: &Relogin,
-    depth: u16,
-    max_io: u32,
-    out: &mut Vec<(u16, Result<(), i32>)>,
-) {
-    let now = Instant::now();
-    let step = rport.down_step(now);
-    let t = rport.timers;
-    if step.went_down {
-        let why = ch.down().map(|d| d.to_string()).unwrap_or_default();
-        ch.transport().quiesce();
-        ch.set_hold(true);
-        tracing::warn!(
-            "NBD connection: channel down ({why}); holding I/O, {}",
-            t.down_plan()
-        );
-    }
-    ch.transport().release_if_removed();
-    if step.fail_held || step.lost {
-        tracing::warn!(
-            "NBD connection: channel down for {:.1?}: failing I/O{}",
-            step.down_for,
-            if step.lost {
-                " for good (dev_loss_tmo)"
-            } else {
-                ""
-            }
-        );
-        ch.set_hold(false);
-        ch.fail_all(libc::EIO, &mut |d| out.push((d.tag, Err(d.outcome.errno))));
-    }
-    if !step.try_now {
-        return;
-    }
-    let fresh = relogin.connect(RELOGIN_STEP).map_err(|e| e.to_string());
-    let fresh = fresh.and_then(|mut f| {
-        let nb =
-            f.ep.alloc_region(depth, max_io)
-                .map_err(|e| format!("registering the buffers: {e}"))?;
-        Ok((f, nb))
-    });
-    match fresh {
-        Ok((f, nb)) => {
-            let mut kept = Vec::new();
-            let mut old = ch.reconnect(f.ep, f.req_lim, f.max_imm, &mut |tag, b| {
-                kept.push(tag);
-                let (o, n) = (bufs[usize::from(tag)], nb[usize::from(tag)]);
-                DataBuf {
-                    addr: n.addr + (b.addr - o.addr),
-                    lkey: n.lkey,
-                    rkey: n.rkey,
-                    ..b
-                }
-            });
-            // the old endpoint is quiesced: nothing moves in its region any more
-            for &tag in &kept {
-                ch.transport()
-                    .region_buf(tag)
-                    .copy_from_slice(old.region_buf(tag));
-            }
-            drop(old);
-            *bufs = nb;
-            ch.set_hold(false);
-            let failed = ch.resume(clock_ms(), t.reissue_limit(), &mut |d| {
-                out.push((d.tag, Err(d.outcome.errno)))
-            });
-
-            let down = rport.reconnected(now);
-            tracing::warn!(
-                "NBD connection: reconnected after {down:.1?}; {} command(s) re-issued",
-                kept.len() - failed
-            );
-        }
-        Err(e) => {
-            rport.retry_later(Instant::now());
-            tracing::warn!(
-                "NBD connection: reconnect failed ({e}); {}",
-                t.next_attempt()
-            );
+        if let Exec::Srp { path: Some(p), .. } = self {
+            p.ack();
         }
     }
 }

@@ -8,21 +8,19 @@
 //! when idle it arms the CQ and sleeps in io_uring on a PollAdd of the completion channel fd.
 
 use crate::backend::MemDisk;
-use crate::channel::block::{to_scsi, BlockOp, FuaWrite, Geometry};
-use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport};
-use crate::rdma::Endpoint;
+use crate::channel::block::{BlockOp, FuaWrite, Geometry};
+use crate::channel::{clock_ms, Channel, Done};
+use crate::path::{Event, Path, PathError, SessionLink, DOWN_TICK};
+use crate::rdma::{Endpoint, TagBufs};
 pub use crate::session::rport::LinkState;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
-use crate::session::{Fresh, LunInfo, Relogin, Session, RELOGIN_STEP};
+use crate::session::{LunInfo, Relogin, Session, RELOGIN_STEP};
 use crate::stats::{IoCounters, IoKind, SharedIo};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
-use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{sys, BufDesc, BufDescList, UblkFlags, UblkIORes, UblkUringData};
-use nix::sys::eventfd::{EfdFlags, EventFd};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -55,8 +53,10 @@ pub struct QueueStatus {
 }
 
 impl QueueStatus {
-    fn publish(&self, ch: &Channel<Endpoint>, io: &IoCounters, state: LinkState) {
+    fn publish(&self, path: &Path<Relogin>, io: &IoCounters) {
+        let ch = path.channel();
         let st = ch.stats();
+        self.reconnects.store(path.reconnects(), Relaxed);
         self.aborts.store(st.timeouts, Relaxed);
         self.io.publish(io);
         self.req_lim.store(ch.req_lim(), Relaxed);
@@ -64,7 +64,7 @@ impl QueueStatus {
         self.credit_stalls.store(st.credit_stalls, Relaxed);
         self.luns_changed.store(st.luns_changed, Relaxed);
         self.capacity_changed.store(st.capacity_changed, Relaxed);
-        self.state.store(state as u8, Relaxed);
+        self.state.store(path.state() as u8, Relaxed);
     }
 }
 
@@ -111,42 +111,6 @@ const OP_CANCEL: u32 = 3;
 const OP_TICK: u32 = 4;
 /// A PollAdd on the queue's [`SessionLink`] eventfd: another queue's channel failed.
 const OP_POLL_WAKE: u32 = 5;
-
-/// What the queues of one device share, touched only when a channel fails: a failure epoch and one
-/// eventfd per queue. The queue whose channel fails bumps the epoch and wakes the others, which take
-/// their channels down and reconnect too (ib_srp reconnects every channel of an rport together).
-struct SessionLink {
-    epoch: AtomicU32,
-    wake: Vec<EventFd>,
-    /// The device's size in logical blocks: the bound every queue checks I/O against, moved by a
-    /// resize (written only then; a relaxed load per I/O of a line nobody else writes).
-    blocks: AtomicU64,
-}
-
-impl SessionLink {
-    fn new(queues: u16, blocks: u64) -> Result<SessionLink, UblkFrontError> {
-        let wake = (0..queues)
-            .map(|_| EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| UblkFrontError::Setup(format!("creating the queues' eventfds: {e}")))?;
-        Ok(SessionLink {
-            epoch: AtomicU32::new(0),
-            wake,
-            blocks: AtomicU64::new(blocks),
-        })
-    }
-
-    /// Queue `qid`'s channel failed on its own: tell the others. Returns the new epoch.
-    fn fail(&self, qid: u16) -> u32 {
-        let e = self.epoch.fetch_add(1, Relaxed).wrapping_add(1);
-        for (q, fd) in self.wake.iter().enumerate() {
-            if q != usize::from(qid) {
-                let _ = fd.write(1);
-            }
-        }
-        e
-    }
-}
 
 /// Options of the ublk device.
 #[derive(Clone, Debug)]
@@ -394,7 +358,10 @@ pub fn serve(
     let on_removed = opts.on_removed.clone();
     let cpus = opts.cpus.clone();
     let status2 = status.clone();
-    let shared = Arc::new(SessionLink::new(nr_queues, geo.blocks)?);
+    let shared = Arc::new(
+        SessionLink::new(nr_queues, geo.blocks)
+            .map_err(|e| UblkFrontError::Setup(format!("creating the queues' eventfds: {e}")))?,
+    );
     opts.capacity.bytes.store(size, Relaxed);
     let watch = CapacityWatch {
         dev_id: ctrl.dev_info().dev_id,
@@ -423,18 +390,24 @@ pub fn serve(
             return;
         };
         st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
-        let link = Link {
-            relogin: relogin.clone(),
-            rport: match down_since {
-                Some(at) => Rport::down_since(timers, at),
-                None => Rport::new(timers),
-            },
-            gen: 0,
-            epoch: 0,
-            dev_id: dev.dev_info.dev_id,
-            on_removed: on_removed.clone(),
+        let rport = match down_since {
+            Some(at) => Rport::down_since(timers, at),
+            None => Rport::new(timers),
         };
-        if let Err(e) = run_queue(qid, dev, ch, geo, mode, link, st, &shared) {
+        let removed = on_removed.clone();
+        let r = run_queue(
+            qid,
+            dev,
+            ch,
+            geo,
+            mode,
+            relogin.clone(),
+            rport,
+            removed,
+            st,
+            &shared,
+        );
+        if let Err(e) = r {
             tracing::error!("queue {qid}: {e}");
         }
     };
@@ -692,12 +665,13 @@ fn run_demo_queue(
     dev: &UblkDev,
     disk: Option<&MemDisk>,
     size: u64,
-) -> Result<(), String> {
-    let q = UblkQueue::new(qid, dev).map_err(|e| format!("creating the queue: {e}"))?;
+) -> Result<(), QueueError> {
+    let ublk = |what: &'static str| move |source| QueueError::Ublk { what, source };
+    let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
     let mut bufs = dev.alloc_queue_io_bufs();
     let q = q
         .submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs)))
-        .map_err(|e| format!("submitting FETCH commands: {e}"))?;
+        .map_err(ublk("submitting FETCH commands"))?;
     loop {
         let r = q.flush_and_wake_io_tasks(
             |data, cqe, _last| {
@@ -758,13 +732,19 @@ fn pin(tid: i32, cpu: usize, qid: usize) {
     }
 }
 
-/// A queue's resources in drop order: the channel (QP, registrations) goes before the buffers it
-/// registered.
-struct QueueRes {
-    ch: Channel<Endpoint>,
-    bufs: Vec<IoBuf<u8>>,
-    data: Vec<DataBuf>,
-    pending: Pending,
+/// What a queue thread can fail on before it serves.
+#[derive(Debug, thiserror::Error)]
+enum QueueError {
+    /// libublk refused a step.
+    #[error("{what}: {source}")]
+    Ublk {
+        what: &'static str,
+        #[source]
+        source: libublk::UblkError,
+    },
+    /// The path could not be set up.
+    #[error(transparent)]
+    Path(#[from] PathError),
 }
 
 /// What each tag's command is, and the queue's counters (kept here, published by
@@ -783,43 +763,25 @@ struct TagIo {
     started: Instant,
 }
 
-/// Registers every tag buffer on `ep` (once per login).
-fn register_bufs(ep: &mut Endpoint, bufs: &[IoBuf<u8>]) -> Result<Vec<DataBuf>, String> {
-    bufs.iter()
-        .map(|b| {
-            // SAFETY: each IoBuf lives in `QueueRes::bufs`, which is dropped after `QueueRes::ch`
-            // (field order), and a replaced endpoint is closed before its successor is used, so the
-            // registration and the QP end before the memory does; the buffers are used only as this
-            // queue's ublk I/O buffers, whose contents the target is meant to read and write.
-            unsafe { ep.register(b.as_mut_ptr(), b.len()) }
-                .map_err(|e| format!("registering tag buffers: {e}"))
-        })
-        .collect()
-}
-
-/// A queue channel's link: its rport timers and state, how it logs in again, and the bookkeeping
-/// of the polls on its endpoint and of the device's shared failure epoch.
-struct Link {
-    relogin: Relogin,
-    rport: Rport,
-    /// Bumped with every new endpoint: completions of polls on an old one's fds are ignored.
-    gen: u16,
-    /// The [`SessionLink`] failure epoch this queue has acted on.
-    epoch: u32,
-    /// The ublk device id.
+/// What a queue does besides its path: the device it belongs to and the polls it has armed on
+/// the path's fds (each tagged with the path's login generation).
+struct Queue<'a> {
+    qid: u16,
+    q: &'a UblkQueue<'a>,
+    geo: Geometry,
+    shared: &'a SessionLink,
+    status: &'a QueueStatus,
     dev_id: u32,
-    /// See [`OnRemoved`].
     on_removed: Option<OnRemoved>,
+    /// The login generation `cq_poll` and `cm_poll` were armed on.
+    armed_gen: u16,
+    cq_poll: bool,
+    cm_poll: bool,
+    wake_poll: bool,
+    tick_poll: bool,
+    /// The Timeout SQE's duration: read by the kernel when the SQE is submitted.
+    tick_ts: io_uring::types::Timespec,
 }
-
-impl Link {
-    fn state(&self) -> LinkState {
-        self.rport.state()
-    }
-}
-
-/// How long a queue whose channel is down sleeps between looks at the ring and its timers.
-const DOWN_TICK: Duration = Duration::from_millis(50);
 
 #[allow(clippy::too_many_arguments)]
 fn run_queue(
@@ -828,331 +790,230 @@ fn run_queue(
     ch: Channel<Endpoint>,
     geo: Geometry,
     mode: PollMode,
-    mut link: Link,
+    relogin: Relogin,
+    rport: Rport,
+    on_removed: Option<OnRemoved>,
     status: &QueueStatus,
-    shared: &SessionLink,
-) -> Result<(), String> {
-    init_ring(dev)?;
-    let q = UblkQueue::new(qid, dev).map_err(|e| format!("creating the queue: {e}"))?;
-    let bufs = dev.alloc_queue_io_bufs();
-    let mut res = QueueRes {
-        ch,
-        bufs,
-        data: Vec::new(),
-        pending: Pending {
-            tags: vec![
-                TagIo {
-                    len: 0,
-                    rw: false,
-                    kind: IoKind::Other,
-                    started: Instant::now(),
-                };
-                usize::from(q.get_depth() as u16)
-            ],
-            io: IoCounters::default(),
-        },
-    };
-    res.data = if res.ch.transport().is_stopped() {
-        // a channel that starts down: its buffers are registered with its first login
-        unregistered(&res.bufs)
-    } else {
-        register_bufs(res.ch.transport(), &res.bufs)?
+    shared: &Arc<SessionLink>,
+) -> Result<(), QueueError> {
+    let ublk = |what: &'static str| move |source| QueueError::Ublk { what, source };
+    init_ring(dev).map_err(ublk("setting up the queue's io_uring"))?;
+    let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
+    let depth = q.get_depth() as u16;
+    let bufs = TagBufs::new(depth, dev.dev_info.max_io_buf_bytes);
+    // a channel that starts down (a handover) holds I/O before the first command can arrive; it
+    // logs in from the loop, once the ring has taken the FETCH commands
+    let mut path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
+    path.join(shared.clone(), qid);
+    let mut pending = Pending {
+        tags: vec![
+            TagIo {
+                len: 0,
+                rw: false,
+                kind: IoKind::Other,
+                started: Instant::now(),
+            };
+            usize::from(depth)
+        ],
+        io: IoCounters::default(),
     };
     let q = q
-        .submit_fetch_commands_unified(BufDescList::Slices(Some(&res.bufs)))
-        .map_err(|e| format!("submitting FETCH commands: {e}"))?;
-    let (mut cq_poll_pending, mut cm_poll_pending) = (false, false);
-    let mut spins = 0u32;
-    let mut loops = 0u32;
-    // the Timeout SQE's duration: read by the kernel when the SQE is submitted
-    let mut tick_ts: io_uring::types::Timespec;
-    let mut tick_pending = false;
-    let wake_fd = shared.wake[usize::from(qid)].as_raw_fd();
-    let mut wake_pending = false;
-    if res.ch.down().is_some() {
-        // a channel that starts down (a handover) holds I/O before the first command can arrive;
-        // it logs in from the loop, once the ring has taken the FETCH commands
-        on_down(qid, &q, &mut res, &mut link, status);
-    }
-    status.publish(&res.ch, &res.pending.io, link.state());
-    loop {
-        if !wake_pending {
-            wake_pending = submit_poll(&q, wake_fd, OP_POLL_WAKE, 0);
-        }
-        loops = loops.wrapping_add(1);
-        let up = link.rport.is_up();
-        if up {
-            res.ch.tick(clock_ms());
-        }
-        if let (true, false, Some(fd)) = (up, cm_poll_pending, res.ch.transport().cm_fd()) {
-            cm_poll_pending = submit_poll(&q, fd, OP_POLL_CM, link.gen);
-        }
-        let busy = res.ch.busy() > 0;
-        let spin = up
-            && match mode {
-                PollMode::Busy => busy,
-                PollMode::Adaptive => busy && spins < ADAPTIVE_SPINS,
-                PollMode::Interrupt => false,
-            };
-        // while down, the loop ticks (DOWN_TICK) instead of sleeping on the ring
-        let mut to_wait = if spin || !up { 0 } else { 1 };
-        if to_wait == 1 || loops % 1024 == 0 {
-            status.publish(&res.ch, &res.pending.io, link.state());
-        }
-        if to_wait == 1 {
-            if !cq_poll_pending {
-                let _ = res.ch.transport().arm();
-                if let Some(fd) = res.ch.transport().notify_fd() {
-                    cq_poll_pending = submit_poll(&q, fd, OP_POLL_CQ, link.gen);
-                }
+        .submit_fetch_commands_unified(BufDescList::Slices(Some(path.bufs().ios())))
+        .map_err(ublk("submitting FETCH commands"))?;
+    let mut qu = Queue {
+        qid,
+        q: &q,
+        geo,
+        shared,
+        status,
+        dev_id: dev.dev_info.dev_id,
+        on_removed,
+        armed_gen: path.gen(),
+        cq_poll: false,
+        cm_poll: false,
+        wake_poll: false,
+        tick_poll: false,
+        tick_ts: Duration::ZERO.into(),
+    };
+    qu.serve(&mut path, &mut pending, mode);
+    path.close(&mut |d, b| commit(&q, b, &mut pending, d));
+    status.publish(&path, &pending.io);
+    Ok(())
+}
+
+impl Queue<'_> {
+    /// The queue's loop, until the device stops.
+    fn serve(&mut self, path: &mut Path<Relogin>, pending: &mut Pending, mode: PollMode) {
+        let (mut spins, mut loops) = (0u32, 0u32);
+        self.status.publish(path, &pending.io);
+        loop {
+            if !self.wake_poll {
+                let fd = self.shared.wake_fd(self.qid);
+                self.wake_poll = submit_poll(self.q, fd, OP_POLL_WAKE, 0);
             }
-            // a completion may have landed before the arm took effect
-            if complete_ready(&q, &mut res) > 0 {
+            loops = loops.wrapping_add(1);
+            let up = path.is_up();
+            path.tick(clock_ms());
+            if let (false, Some(fd)) = (self.cm_poll, path.cm_fd()) {
+                self.cm_poll = submit_poll(self.q, fd, OP_POLL_CM, path.gen());
+            }
+            let busy = path.busy() > 0;
+            let spin = up
+                && match mode {
+                    PollMode::Busy => busy,
+                    PollMode::Adaptive => busy && spins < ADAPTIVE_SPINS,
+                    PollMode::Interrupt => false,
+                };
+            // while down, the loop ticks (DOWN_TICK) instead of sleeping on the ring
+            let mut to_wait = if spin || !up { 0 } else { 1 };
+            if to_wait == 1 || loops % 1024 == 0 {
+                self.status.publish(path, &pending.io);
+            }
+            if to_wait == 1 && self.prepare_sleep(path, pending) {
                 to_wait = 0;
             }
-            if let (false, Some(ms)) = (tick_pending, res.ch.next_tick_in()) {
-                tick_ts = Duration::from_millis(ms.clamp(1, 1000)).into();
-                let sqe = io_uring::opcode::Timeout::new(&tick_ts)
-                    .build()
-                    .user_data(UblkIOCtx::build_user_data(0, OP_TICK, 0, true));
-                tick_pending = q.ublk_submit_sqe_sync(sqe).is_ok();
+            let (cq_fired, cm_fired, r) = self.reap(path, pending, to_wait, up, loops);
+            if cq_fired {
+                self.cq_poll = false;
+                path.ack();
+            }
+            if cm_fired {
+                self.cm_poll = false;
+                path.drain_cm();
+            }
+            if !self.wake_poll {
+                self.shared.ack_wake(self.qid);
+            }
+            let (n, event) =
+                path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
+            self.follow_login(path);
+            spins = if n > 0 || !busy {
+                0
+            } else {
+                spins.saturating_add(1)
+            };
+            if !path.is_up() {
+                self.status.publish(path, &pending.io);
+            }
+            match event {
+                Some(Event::Removed { since }) => {
+                    if let Some(OnRemoved(f)) = &self.on_removed {
+                        f(self.dev_id, since);
+                    }
+                }
+                Some(Event::Lost) => {
+                    tracing::error!("queue {}: removing the device", self.qid);
+                    // the same path as `srp-ublk del`: the daemon's signal thread stops the device
+                    let _ =
+                        nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
+                }
+                None => {}
+            }
+            if !path.is_up() && r.is_ok() {
+                std::thread::sleep(DOWN_TICK);
+            }
+            if r.is_err() {
+                return;
             }
         }
+    }
+
+    /// The path's login changed (it went down): cancel the polls armed on the old login's fds,
+    /// they would never fire again.
+    fn follow_login(&mut self, path: &Path<Relogin>) {
+        if path.gen() == self.armed_gen {
+            return;
+        }
+        for (armed, op) in [(self.cq_poll, OP_POLL_CQ), (self.cm_poll, OP_POLL_CM)] {
+            if armed {
+                cancel_poll(self.q, op, self.armed_gen);
+            }
+        }
+        (self.cq_poll, self.cm_poll) = (false, false);
+        self.armed_gen = path.gen();
+    }
+
+    /// Arms what wakes a sleeping queue: the completion channel and, while commands are out, a
+    /// timer for the channel's timed work. Returns whether something completed meanwhile.
+    fn prepare_sleep(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) -> bool {
+        if !self.cq_poll {
+            if let Some(fd) = path.arm() {
+                self.cq_poll = submit_poll(self.q, fd, OP_POLL_CQ, path.gen());
+            }
+        }
+        // a completion may have landed before the arm took effect (what else `service` reports
+        // the loop sees on its next pass)
+        let (n, _) = path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
+        self.follow_login(path);
+        if let (false, Some(t)) = (self.tick_poll, path.next_tick_in()) {
+            self.tick_ts = t
+                .clamp(Duration::from_millis(1), Duration::from_secs(1))
+                .into();
+            let sqe = io_uring::opcode::Timeout::new(&self.tick_ts)
+                .build()
+                .user_data(UblkIOCtx::build_user_data(0, OP_TICK, 0, true));
+            self.tick_poll = self.q.ublk_submit_sqe_sync(sqe).is_ok();
+        }
+        n > 0
+    }
+
+    /// Submits and reaps the ring (waiting for `to_wait` completions): starts every new ublk
+    /// command, notes which polls fired. Returns (CQ poll fired, CM poll fired, the ring's result).
+    fn reap(
+        &mut self,
+        path: &mut Path<Relogin>,
+        pending: &mut Pending,
+        to_wait: usize,
+        up: bool,
+        loops: u32,
+    ) -> (bool, bool, Result<i32, libublk::UblkError>) {
         let (mut cq_fired, mut cm_fired) = (false, false);
         // commands arriving after a sleep are stamped with the time they arrive
         let mut clock_set = false;
         // A spin with nothing to submit, reap or run in the kernel skips io_uring_enter (one in 64
         // enters anyway, should a kernel not raise the task-run flag).
-        let skip = to_wait == 0 && up && loops % 64 != 0 && !ring_needs_enter();
-        let r = if skip {
-            Ok(0)
-        } else {
-            q.flush_and_wake_io_tasks(
-                |data, cqe, _last| {
-                    if data & UblkUringData::Target as u64 != 0 {
-                        // a poll armed on an earlier endpoint's fds means nothing now
-                        let current = UblkIOCtx::user_data_to_tag(data) as u16 == link.gen;
-                        match UblkIOCtx::user_data_to_op(data) {
-                            OP_POLL_CQ if current => cq_fired = true,
-                            OP_POLL_CM if current => cm_fired = true,
-                            OP_TICK => tick_pending = false,
-                            OP_POLL_WAKE => wake_pending = false,
-                            _ => {}
-                        }
-                    } else if cqe.result() == sys::UBLK_IO_RES_OK as i32 {
-                        if !clock_set {
-                            res.ch.set_clock(clock_ms());
-                            clock_set = true;
-                        }
-                        let geo = Geometry {
-                            blocks: shared.blocks.load(Relaxed),
-                            ..geo
-                        };
-                        start_io(&q, &mut res, geo, UblkIOCtx::user_data_to_tag(data) as u16);
-                    }
-                },
-                to_wait,
-            )
+        if to_wait == 0 && up && loops % 64 != 0 && !ring_needs_enter() {
+            return (false, false, Ok(0));
+        }
+        let q = self.q;
+        let gen = self.armed_gen;
+        let geo = Geometry {
+            blocks: self.shared.blocks.load(Relaxed),
+            ..self.geo
         };
-        if cq_fired {
-            cq_poll_pending = false;
-            let _ = res.ch.transport().ack_notify();
-        }
-        if cm_fired {
-            cm_poll_pending = false;
-            while let Some(ev) = res.ch.transport().poll_cm() {
-                tracing::warn!("queue {qid}: connection event {ev}");
-            }
-        }
-        if !wake_pending {
-            let _ = shared.wake[usize::from(qid)].read();
-        }
-        // another queue's channel failed: this one reconnects too
-        let epoch = shared.epoch.load(Relaxed);
-        if epoch != link.epoch {
-            link.epoch = epoch;
-            if res.ch.down().is_none() {
-                res.ch.declare_down(DownReason::Session);
-            }
-        }
-        let n = complete_ready(&q, &mut res);
-        spins = if n > 0 || !busy {
-            0
-        } else {
-            spins.saturating_add(1)
-        };
-        if res.ch.down().is_some() {
-            if link.rport.is_up() {
-                // the polls on this endpoint's fds: cancel them, they would never fire again
-                for (pending, op) in [(cq_poll_pending, OP_POLL_CQ), (cm_poll_pending, OP_POLL_CM)]
-                {
-                    if pending {
-                        cancel_poll(&q, op, link.gen);
+        let (tick_poll, wake_poll) = (&mut self.tick_poll, &mut self.wake_poll);
+        let r = q.flush_and_wake_io_tasks(
+            |data, cqe, _last| {
+                if data & UblkUringData::Target as u64 != 0 {
+                    // a poll armed on an earlier login's fds means nothing now
+                    let current = UblkIOCtx::user_data_to_tag(data) as u16 == gen;
+                    match UblkIOCtx::user_data_to_op(data) {
+                        OP_POLL_CQ if current => cq_fired = true,
+                        OP_POLL_CM if current => cm_fired = true,
+                        OP_TICK => *tick_poll = false,
+                        OP_POLL_WAKE => *wake_poll = false,
+                        _ => {}
                     }
-                }
-                (cq_poll_pending, cm_poll_pending) = (false, false);
-                // what the cancelled polls report belongs to the old endpoint
-                link.gen = link.gen.wrapping_add(1);
-                if res.ch.down() != Some(&DownReason::Session) {
-                    link.epoch = shared.fail(qid);
-                }
-            }
-            if on_down(qid, &q, &mut res, &mut link, status) {
-                reconnect(qid, &q, &mut res, &mut link, status);
-            }
-            if !link.rport.is_up() && r.is_ok() {
-                std::thread::sleep(DOWN_TICK);
-            }
-        }
-        if r.is_err() {
-            break;
-        }
-    }
-    if link.rport.is_up() {
-        res.ch.send_i_logout();
-        let _ = complete_ready(&q, &mut res);
-    } else {
-        fail_held(&q, &mut res);
-    }
-    status.publish(&res.ch, &res.pending.io, link.state());
-    drop(res);
-    Ok(())
-}
-
-/// The channel is down: hold I/O, fail I/O after fast_io_fail_tmo, give the device up after
-/// dev_loss_tmo (ib_srp's transport-class timers); returns whether a reconnect attempt is due (every
-/// reconnect_delay: [`reconnect`]).
-fn on_down(
-    qid: u16,
-    q: &UblkQueue,
-    res: &mut QueueRes,
-    link: &mut Link,
-    status: &QueueStatus,
-) -> bool {
-    let now = Instant::now();
-    let step = link.rport.down_step(now);
-    let t = link.rport.timers;
-    if step.went_down {
-        let why = res.ch.down().map(|d| d.to_string()).unwrap_or_default();
-        // nothing the old channel does may reach the buffers once commands are re-issued or failed;
-        // its CM disconnect waits until it is replaced (the fabric may be down now)
-        res.ch.transport().quiesce();
-        res.ch.set_hold(true);
-        tracing::warn!(
-            "queue {qid}: channel down ({why}); holding I/O, {}",
-            t.down_plan()
-        );
-    }
-    status.publish(&res.ch, &res.pending.io, link.state());
-    // the device under the channel is going away: let go of what is ours on it at once, and of
-    // what librdmacm holds by handing the ublk device over to a new image of this daemon
-    if res.ch.transport().release_if_removed() {
-        if let Some(OnRemoved(f)) = &link.on_removed {
-            let since = SystemTime::now()
-                .checked_sub(step.down_for)
-                .unwrap_or_else(SystemTime::now);
-            f(link.dev_id, since);
-        }
-    }
-    if step.fail_held {
-        tracing::warn!(
-            "queue {qid}: fast_io_fail_tmo expired after {:.1?}: failing I/O",
-            step.down_for
-        );
-        fail_held(q, res);
-        status.publish(&res.ch, &res.pending.io, link.state());
-    }
-    if step.lost {
-        tracing::error!(
-            "queue {qid}: dev_loss_tmo expired after {:.1?}: removing the device",
-            step.down_for
-        );
-        fail_held(q, res);
-        status.publish(&res.ch, &res.pending.io, link.state());
-        // the same path as `srp-ublk del`: the daemon's signal thread stops the device
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
-        return false;
-    }
-    step.try_now
-}
-
-/// One reconnect attempt of a channel that is down: log in again, re-register the buffers and
-/// re-issue what was held, or try again after reconnect_delay.
-fn reconnect(qid: u16, q: &UblkQueue, res: &mut QueueRes, link: &mut Link, status: &QueueStatus) {
-    let now = Instant::now();
-    let t = link.rport.timers;
-    match relogin(&link.relogin, &res.bufs) {
-        Ok((fresh, data)) => {
-            let old = res
-                .ch
-                .reconnect(fresh.ep, fresh.req_lim, fresh.max_imm, &mut |tag, b| {
-                    let n = data[usize::from(tag)];
-                    DataBuf {
-                        lkey: n.lkey,
-                        rkey: n.rkey,
-                        ..b
+                } else if cqe.result() == sys::UBLK_IO_RES_OK as i32 {
+                    if !clock_set {
+                        path.set_clock(clock_ms());
+                        clock_set = true;
                     }
-                });
-            drop(old);
-            res.data = data;
-            res.ch.set_hold(false);
-            let QueueRes {
-                ch, bufs, pending, ..
-            } = res;
-            let held = usize::from(ch.busy());
-            let failed = ch.resume(clock_ms(), t.reissue_limit(), &mut |d| {
-                commit(q, bufs, pending, d)
-            });
-            let held = held - failed;
-            let down = link.rport.reconnected(now);
-            status.reconnects.fetch_add(1, Relaxed);
-            status.publish(&res.ch, &res.pending.io, link.state());
-            tracing::warn!(
-                "queue {qid}: reconnected after {down:.1?}; {held} command(s) re-issued"
-            );
-        }
-        Err(e) => {
-            link.rport.retry_later(Instant::now());
-            tracing::warn!("queue {qid}: reconnect failed ({e}); {}", t.next_attempt());
-        }
+                    let tag = UblkIOCtx::user_data_to_tag(data) as u16;
+                    start_io(q, path, pending, geo, tag);
+                }
+            },
+            to_wait,
+        );
+        (cq_fired, cm_fired, r)
     }
-}
-
-/// Stops holding and fails every unfinished command with EIO (fast_io_fail, dev_loss, shutdown
-/// while down).
-fn fail_held(q: &UblkQueue, res: &mut QueueRes) {
-    let QueueRes {
-        ch, bufs, pending, ..
-    } = res;
-    ch.set_hold(false);
-    ch.fail_all(libc::EIO, &mut |d| commit(q, bufs, pending, d));
-}
-
-/// The tag buffers' descriptors before any login registered them (keys 0): a channel that starts
-/// down holds commands on these; its first reconnect gives each its registration.
-fn unregistered(bufs: &[IoBuf<u8>]) -> Vec<DataBuf> {
-    bufs.iter()
-        .map(|b| DataBuf {
-            addr: b.as_mut_ptr() as u64,
-            len: b.len() as u32,
-            lkey: 0,
-            rkey: 0,
-        })
-        .collect()
-}
-
-/// Logs the channel in again and registers the tag buffers on the new endpoint.
-fn relogin(r: &Relogin, bufs: &[IoBuf<u8>]) -> Result<(Fresh, Vec<DataBuf>), String> {
-    let mut fresh = r.connect(RELOGIN_STEP).map_err(|e| e.to_string())?;
-    let data = register_bufs(&mut fresh.ep, bufs)?;
-    Ok((fresh, data))
 }
 
 /// Sets up this thread's io_uring before libublk would (same sizes, cooperative task running) and
 /// adds IORING_SETUP_TASKRUN_FLAG. With cooperative task running, ublk's new I/O commands and the
 /// PollAdd completions become visible only after the thread enters the kernel; the flag says when such
 /// work is waiting, so a queue spinning on its RDMA CQ needs no syscall per spin.
-fn init_ring(dev: &UblkDev) -> Result<(), String> {
+fn init_ring(dev: &UblkDev) -> Result<(), libublk::UblkError> {
     let (sq, cq) = (u32::from(dev.tgt.sq_depth), u32::from(dev.tgt.cq_depth));
     libublk::io::ublk_init_task_ring(|cell| {
         if cell.get().is_none() {
@@ -1167,7 +1028,6 @@ fn init_ring(dev: &UblkDev) -> Result<(), String> {
         }
         Ok(())
     })
-    .map_err(|e| format!("setting up the queue's io_uring: {e}"))
 }
 
 /// Whether the ring has SQEs to submit, CQEs to reap or task work the kernel runs on the next enter.
@@ -1199,22 +1059,8 @@ fn cancel_poll(q: &UblkQueue, op: u32, gen: u16) {
     let _ = q.ublk_submit_sqe_sync(sqe);
 }
 
-/// Polls the channel and commits every finished command; returns how many completions it handled.
-fn complete_ready(q: &UblkQueue, res: &mut QueueRes) -> usize {
-    let mut total = 0;
-    let QueueRes {
-        ch, bufs, pending, ..
-    } = res;
-    loop {
-        let n = ch.process(&mut |d| commit(q, bufs, pending, d));
-        if n == 0 {
-            return total;
-        }
-        total += n;
-    }
-}
-
-fn commit(q: &UblkQueue, bufs: &[IoBuf<u8>], pending: &mut Pending, d: Done) {
+/// Completes a finished command to ublk: a read's or write's byte count, or its errno.
+fn commit(q: &UblkQueue, bufs: &TagBufs, pending: &mut Pending, d: Done) {
     let tag = d.tag;
     let t = pending.tags[usize::from(tag)];
     let res = match d.outcome.bytes(t.len) {
@@ -1231,12 +1077,19 @@ fn commit(q: &UblkQueue, bufs: &[IoBuf<u8>], pending: &mut Pending, d: Done) {
     pending.io.record(t.kind, t.len, res >= 0, us);
     let _ = q.complete_io_cmd_unified(
         tag,
-        BufDesc::Slice(bufs[usize::from(tag)].as_slice()),
+        BufDesc::Slice(bufs.ios()[usize::from(tag)].as_slice()),
         Ok(UblkIORes::Result(res)),
     );
 }
 
-fn start_io(q: &UblkQueue, res: &mut QueueRes, geo: Geometry, tag: u16) {
+/// Starts ublk command `tag` on the path, or completes it at once with its error.
+fn start_io(
+    q: &UblkQueue,
+    path: &mut Path<Relogin>,
+    pending: &mut Pending,
+    geo: Geometry,
+    tag: u16,
+) {
     let iod = q.get_iod(tag);
     let op = iod.op_flags & 0xff;
     let flags = iod.op_flags;
@@ -1255,7 +1108,7 @@ fn start_io(q: &UblkQueue, res: &mut QueueRes, geo: Geometry, tag: u16) {
         _ => None,
     };
     let idx = usize::from(tag);
-    res.pending.tags[idx] = TagIo {
+    pending.tags[idx] = TagIo {
         len,
         rw: matches!(block_op, Some(BlockOp::Read | BlockOp::Write { .. })),
         kind: match block_op {
@@ -1267,23 +1120,13 @@ fn start_io(q: &UblkQueue, res: &mut QueueRes, geo: Geometry, tag: u16) {
     };
     let result = match block_op {
         None => Err(libc::EOPNOTSUPP),
-        Some(bop) => to_scsi(
-            bop,
-            off,
-            len,
-            &geo,
-            res.data[idx],
-            res.bufs[idx].as_mut_slice(),
-        )
-        .and_then(|cmd| res.ch.submit(tag, cmd).map_err(|_| libc::EIO)),
+        Some(bop) => path.submit(tag, bop, off, len, &geo),
     };
     if let Err(errno) = result {
-        res.pending
-            .io
-            .record(res.pending.tags[idx].kind, len, false, 0);
+        pending.io.record(pending.tags[idx].kind, len, false, 0);
         let _ = q.complete_io_cmd_unified(
             tag,
-            BufDesc::Slice(res.bufs[idx].as_slice()),
+            BufDesc::Slice(path.bufs().ios()[idx].as_slice()),
             Ok(UblkIORes::Result(-errno)),
         );
     }

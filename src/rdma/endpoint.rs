@@ -8,7 +8,7 @@
 //! receives are posted before `rdma_connect`; a remote disconnect does not flush our QP, so teardown
 //! always calls `rdma_disconnect` (QP to error) and drains the CQ before destroying anything.
 
-use super::{sockaddr, RdmaError};
+use super::{sockaddr, Keep, RdmaError, TagBufs};
 use crate::channel::{DataBuf, Transport, TransportError, Wc, WcKind, WcStatus};
 use crate::wire::srp::{
     parse_login_reply, BufFormats, LoginRej, LoginReply, LoginReq, LoginRsp, MultiChannelAction,
@@ -131,10 +131,9 @@ pub struct Endpoint {
     cq: *mut ibv_cq,
     iu_mr: *mut ibv_mr,
     scratch_mr: *mut ibv_mr,
-    region_mr: *mut ibv_mr,
-    region: Box<[u8]>,
-    region_slot: usize,
     data_mrs: Vec<*mut ibv_mr>,
+    /// The memory `data_mrs` cover: dropped after them (`Drop` closes first).
+    kept: Vec<Keep>,
     iu: Box<[u8]>,
     scratch: Box<[u8]>,
     send_size: usize,
@@ -218,10 +217,8 @@ impl Endpoint {
             cq: null_mut(),
             iu_mr: null_mut(),
             scratch_mr: null_mut(),
-            region_mr: null_mut(),
-            region: Box::new([]),
-            region_slot: 0,
             data_mrs: Vec::new(),
+            kept: Vec::new(),
             iu: Box::new([]),
             scratch: Box::new([]),
             send_size: 0,
@@ -533,54 +530,35 @@ impl Endpoint {
         Ok(mr)
     }
 
-    /// Registers a data buffer for the target's RDMA (local write, remote read and write), once.
-    ///
-    /// # Safety
-    /// `ptr..ptr+len` must stay valid, and not be used for anything else the target's RDMA could
-    /// corrupt, until this Endpoint is dropped (the registration and the QP go away then).
-    pub unsafe fn register(&mut self, ptr: *mut u8, len: usize) -> Result<DataBuf, RdmaError> {
-        let mr = self.reg(ptr, len, data_access())?;
-        self.data_mrs.push(mr);
-        // SAFETY: mr is a valid MR returned by ibv_reg_mr.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        Ok(DataBuf {
-            addr: ptr as u64,
-            len: len as u32,
-            lkey,
-            rkey,
-        })
-    }
-
-    /// Allocates one data region of `n` x `size` bytes owned by the endpoint and registers it once
-    /// (local write, remote read/write); returns one descriptor per slot. Replaces an earlier region.
-    pub fn alloc_region(&mut self, n: u16, size: u32) -> Result<Vec<DataBuf>, RdmaError> {
-        if !self.region_mr.is_null() {
-            // SAFETY: the old region's MR is ours and no command uses it (the caller owns the channel
-            // and has none in flight when it asks for a new region).
-            unsafe { ibv_dereg_mr(self.region_mr) };
-            self.region_mr = null_mut();
-        }
-        let len = usize::from(n) * size as usize;
-        self.region = vec![0u8; len].into_boxed_slice();
-        self.region_slot = size as usize;
-        let ptr = self.region.as_mut_ptr();
-        self.region_mr = self.reg(ptr, len, data_access())?;
-        // SAFETY: region_mr is the valid MR just registered.
-        let (lkey, rkey) = unsafe { ((*self.region_mr).lkey, (*self.region_mr).rkey) };
-        Ok((0..usize::from(n))
-            .map(|i| DataBuf {
-                addr: ptr as u64 + (i * size as usize) as u64,
-                len: size,
-                lkey,
-                rkey,
+    /// Registers every tag buffer for the target's RDMA (local write, remote read and write) on
+    /// this login; one descriptor per buffer. The endpoint keeps the memory alive until it is
+    /// closed, so the registration never outlives it.
+    fn register_tag_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, RdmaError> {
+        self.kept.push(bufs.keep());
+        (0..bufs.depth())
+            .map(|tag| {
+                let (ptr, len) = bufs.span(tag);
+                let mr = self.reg(ptr, len, data_access())?;
+                self.data_mrs.push(mr);
+                // SAFETY: mr is a valid MR returned by ibv_reg_mr.
+                let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+                Ok(DataBuf {
+                    addr: ptr as u64,
+                    len: len as u32,
+                    lkey,
+                    rkey,
+                })
             })
-            .collect())
+            .collect()
     }
 
-    /// Slot `i` of the region from [`Endpoint::alloc_region`].
-    pub fn region_buf(&mut self, i: u16) -> &mut [u8] {
-        let s = usize::from(i) * self.region_slot;
-        &mut self.region[s..s + self.region_slot]
+    /// Deregisters the tag buffers (their owner has nothing in flight) and lets go of them.
+    fn forget_tag_bufs(&mut self) {
+        for mr in self.data_mrs.drain(..) {
+            // SAFETY: each MR is ours, registered by `register_tag_bufs`; no command uses it.
+            unsafe { ibv_dereg_mr(mr) };
+        }
+        self.kept.clear();
     }
 
     /// A 64 KiB registered buffer owned by the endpoint, for setup commands (INQUIRY, ...).
@@ -706,17 +684,15 @@ impl Endpoint {
             unsafe { rdma_destroy_qp(self.id) };
             self.qp_created = false;
         }
-        for mr in self
-            .data_mrs
-            .drain(..)
-            .chain([self.iu_mr, self.scratch_mr, self.region_mr])
-        {
+        for mr in self.data_mrs.drain(..).chain([self.iu_mr, self.scratch_mr]) {
             if !mr.is_null() {
                 // SAFETY: mr is a valid MR of ours, deregistered once; the QP using it is gone.
                 unsafe { ibv_dereg_mr(mr) };
             }
         }
-        (self.iu_mr, self.scratch_mr, self.region_mr) = (null_mut(), null_mut(), null_mut());
+        (self.iu_mr, self.scratch_mr) = (null_mut(), null_mut());
+        // no registration covers the tag buffers any more: their owner may free them
+        self.kept.clear();
         if !self.cq.is_null() {
             let _ = self.ack_notify();
             // SAFETY: cq is valid, its QP is destroyed and every event is acked.
@@ -1073,6 +1049,37 @@ impl Transport for Endpoint {
             };
         }
         Ok(n as usize)
+    }
+
+    fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError> {
+        self.register_tag_bufs(bufs).map_err(|e| TransportError {
+            op: "ibv_reg_mr",
+            detail: e.to_string(),
+        })
+    }
+
+    fn forget_bufs(&mut self) {
+        self.forget_tag_bufs();
+    }
+
+    fn stop(&mut self) {
+        self.quiesce();
+    }
+
+    fn is_stopped(&self) -> bool {
+        Endpoint::is_stopped(self)
+    }
+
+    fn release_if_removed(&mut self) -> bool {
+        Endpoint::release_if_removed(self)
+    }
+
+    fn cm_fd(&self) -> Option<RawFd> {
+        Endpoint::cm_fd(self)
+    }
+
+    fn poll_cm(&mut self) -> Option<String> {
+        Endpoint::poll_cm(self)
     }
 
     fn link_down(&mut self) -> Option<String> {

@@ -10,10 +10,12 @@
 mod endpoint;
 pub mod neigh;
 mod sockaddr;
+mod tagbufs;
 pub mod umad;
 
 pub use endpoint::{ConnectParams, Endpoint};
 pub use sockaddr::{ib_sockaddr, rdma_cm_service_id, SockaddrIb, AF_IB, RDMA_PS_IB, RDMA_PS_TCP};
+pub use tagbufs::{Keep, TagBufs};
 
 use crate::wire::srp::LoginRejReason;
 use crate::wire::WireError;

@@ -25,7 +25,7 @@ pub(super) enum PoolError {
     Login(#[source] SessionError),
     /// The connection's buffers could not be registered.
     #[error("cannot register the connection's buffers: {0}")]
-    Register(#[source] crate::rdma::RdmaError),
+    Register(#[source] crate::path::PathError),
     /// A thread panicked holding the pool.
     #[error("internal error: the channel pool is poisoned")]
     Poisoned,
@@ -87,6 +87,12 @@ impl Pool {
             Ok(mut p) => p.push(ch),
             Err(_) => self.lost(ch),
         }
+    }
+
+    /// A channel that was dropped (its buffers could not be registered): a later connection logs
+    /// a new one in.
+    pub(super) fn gone(&self) {
+        self.live.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// A channel given up (down, or still busy after its connection ended): a later connection

@@ -1,0 +1,462 @@
+//! One queue's path to its LUN: the SRP channel and everything that keeps it serving, for both
+//! front ends.
+//!
+//! A [`Path`] owns the channel, its tag buffers (registered again on every login), its link state
+//! ([`Rport`]: ib_srp's transport-class timers) and how it logs in again ([`Connect`]). When the
+//! channel goes down it holds I/O, logs in again every reconnect_delay, re-issues what it held in
+//! the order it was first sent on the re-keyed buffers, fails I/O after fast_io_fail_tmo and gives
+//! the path up after dev_loss_tmo; when the RDMA device goes away it lets go of it at once; with a
+//! [`SessionLink`], a failure of one queue's channel takes its siblings' channels down too, so that
+//! every channel of the device reconnects together (ib_srp's `srp_reconnect_rport`).
+//!
+//! A front end hands the path block operations and takes completions from [`Path::service`], asks
+//! it what to wait on ([`Path::arm`], [`Path::cm_fd`], [`Path::next_tick_in`]) and tells it the time;
+//! it never sees the transport.
+
+mod session;
+#[cfg(test)]
+mod tests;
+
+pub use session::SessionLink;
+
+use crate::channel::block::{to_scsi, BlockOp, Geometry};
+use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport, TransportError};
+use crate::rdma::{Endpoint, TagBufs};
+use crate::session::rport::{LinkState, Rport};
+use crate::session::{Relogin, SessionError, RELOGIN_STEP};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How a path logs its channel in again after it went down.
+pub trait Connect {
+    /// The transport a login gives.
+    type T: Transport;
+    /// Why a login failed.
+    type Error: std::fmt::Display;
+    /// A new login to the target `old` was logged in to.
+    fn connect(&self, old: &mut Self::T) -> Result<Fresh<Self::T>, Self::Error>;
+}
+
+/// A new login.
+pub struct Fresh<T> {
+    /// The logged-in transport.
+    pub t: T,
+    /// Its initial credits.
+    pub req_lim: i32,
+    /// Its immediate-data limit.
+    pub max_imm: u32,
+}
+
+impl Connect for Relogin {
+    type T = Endpoint;
+    type Error = SessionError;
+
+    fn connect(&self, _old: &mut Endpoint) -> Result<Fresh<Endpoint>, SessionError> {
+        let f = Relogin::connect(self, RELOGIN_STEP)?;
+        Ok(Fresh {
+            t: f.ep,
+            req_lim: f.req_lim,
+            max_imm: f.max_imm,
+        })
+    }
+}
+
+/// What went wrong setting a path up.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    /// The tag buffers could not be registered on the channel's login.
+    #[error("registering the tag buffers: {0}")]
+    Register(#[source] TransportError),
+}
+
+/// What a path tells its front end besides completions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The RDMA device under the channel is going away and the path let go of it; the channel went
+    /// down at `since`. A ublk device is handed over to a new image of the daemon.
+    Removed {
+        /// When the channel went down.
+        since: SystemTime,
+    },
+    /// dev_loss_tmo expired: every command failed and the path is given up for good.
+    Lost,
+}
+
+/// A sibling queue in a [`SessionLink`].
+struct Member {
+    link: Arc<SessionLink>,
+    qid: u16,
+    /// The failure epoch this path has acted on.
+    epoch: u32,
+}
+
+/// One queue's path: see the module documentation.
+pub struct Path<C: Connect> {
+    /// Dropped before `bufs` (field order); each login also keeps the memory it registered.
+    ch: Channel<C::T>,
+    bufs: TagBufs,
+    /// This login's descriptor of each tag buffer.
+    data: Vec<DataBuf>,
+    rport: Rport,
+    connect: C,
+    /// How the log names this path ("queue 0", "NBD connection").
+    name: String,
+    session: Option<Member>,
+    /// Bumped with every new login: what a front end armed on an old login's fds means nothing.
+    gen: u16,
+    reconnects: u64,
+    /// [`clock_ms`] at `base`: the channel's millisecond clock for an `Instant` the front end gives.
+    base: Instant,
+    base_ms: u64,
+}
+
+impl<C: Connect> Path<C> {
+    /// A path over `ch`, whose buffers are `bufs` (one per tag). A channel that is up gets them
+    /// registered now; one that starts down (a handover) holds I/O at once and registers them
+    /// with its first login.
+    pub fn new(
+        mut ch: Channel<C::T>,
+        connect: C,
+        bufs: TagBufs,
+        rport: Rport,
+        name: String,
+    ) -> Result<Path<C>, PathError> {
+        let data = if ch.transport().is_stopped() {
+            unregistered(&bufs)
+        } else {
+            ch.transport()
+                .register_bufs(&bufs)
+                .map_err(PathError::Register)?
+        };
+        let mut p = Path {
+            ch,
+            bufs,
+            data,
+            rport,
+            connect,
+            name,
+            session: None,
+            gen: 0,
+            reconnects: 0,
+            base: Instant::now(),
+            base_ms: clock_ms(),
+        };
+        if p.ch.down().is_some() {
+            p.went_down(p.base);
+        }
+        Ok(p)
+    }
+
+    /// Makes this path queue `qid` of `link`'s device: its failures take the siblings down.
+    pub fn join(&mut self, link: Arc<SessionLink>, qid: u16) {
+        let epoch = link.epoch();
+        self.session = Some(Member { link, qid, epoch });
+    }
+
+    /// The tag buffers.
+    pub fn bufs(&self) -> &TagBufs {
+        &self.bufs
+    }
+
+    /// Tag `tag`'s buffer (fill it before a write, read it after a read completed).
+    pub fn buf(&mut self, tag: u16) -> &mut [u8] {
+        self.bufs.slot(tag)
+    }
+
+    /// The channel (its counters and credits).
+    pub fn channel(&self) -> &Channel<C::T> {
+        &self.ch
+    }
+
+    /// The link's state.
+    pub fn state(&self) -> LinkState {
+        self.rport.state()
+    }
+
+    /// Whether the channel is up.
+    pub fn is_up(&self) -> bool {
+        self.rport.is_up()
+    }
+
+    /// Commands not yet finished.
+    pub fn busy(&self) -> u16 {
+        self.ch.busy()
+    }
+
+    /// Reconnects that succeeded.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects
+    }
+
+    /// The login generation: a front end tags what it arms on [`Path::arm`]'s and
+    /// [`Path::cm_fd`]'s fds with it and ignores what an older generation reports.
+    pub fn gen(&self) -> u16 {
+        self.gen
+    }
+
+    /// Stamps commands submitted from now on (`now_ms` from [`clock_ms`]).
+    pub fn set_clock(&mut self, now_ms: u64) {
+        self.ch.set_clock(now_ms);
+    }
+
+    /// Runs the channel's timed work when due (command timeouts, delayed retries, link checks).
+    pub fn tick(&mut self, now_ms: u64) {
+        if self.rport.is_up() {
+            self.ch.tick(now_ms);
+        }
+    }
+
+    /// How long until [`Path::tick`] or [`Path::service`] has timed work: the channel's next tick
+    /// while commands are outstanding, and [`DOWN_TICK`] while the channel is down.
+    pub fn next_tick_in(&self) -> Option<Duration> {
+        if !self.rport.is_up() {
+            return Some(DOWN_TICK);
+        }
+        self.ch.next_tick_in().map(Duration::from_millis)
+    }
+
+    /// Sends block operation `op` on tag `tag` (its buffer holds a write's data); an error is the
+    /// errno to complete it with.
+    pub fn submit(
+        &mut self,
+        tag: u16,
+        op: BlockOp,
+        off: u64,
+        len: u32,
+        geo: &Geometry,
+    ) -> Result<(), i32> {
+        let b = *self.data.get(usize::from(tag)).ok_or(libc::EINVAL)?;
+        let cmd = to_scsi(op, off, len, geo, b, self.bufs.slot(tag))?;
+        self.ch.submit(tag, cmd).map_err(|_| libc::EIO)
+    }
+
+    /// Asks for a notification at the next completion; returns the fd that becomes readable.
+    pub fn arm(&mut self) -> Option<RawFd> {
+        let _ = self.ch.transport().arm();
+        self.ch.transport().notify_fd()
+    }
+
+    /// Consumes the completion notification (after [`Path::arm`]'s fd became readable).
+    pub fn ack(&mut self) {
+        let _ = self.ch.transport().ack_notify();
+    }
+
+    /// The connection manager's fd while the channel is up (readable: a disconnect or a device
+    /// removal to read with [`Path::drain_cm`]).
+    pub fn cm_fd(&mut self) -> Option<RawFd> {
+        if !self.rport.is_up() {
+            return None;
+        }
+        self.ch.transport().cm_fd()
+    }
+
+    /// Reads and logs the connection manager's events.
+    pub fn drain_cm(&mut self) {
+        while let Some(ev) = self.ch.transport().poll_cm() {
+            tracing::warn!("{}: connection event {ev}", self.name);
+        }
+    }
+
+    /// Handles what completed (each finished command goes to `done` with the buffers) and, while
+    /// the channel is down, the down steps: hold, reconnect, re-issue, fast_io_fail, dev_loss,
+    /// device removal. Returns how many completions it handled and what the front end must act on.
+    pub fn service(
+        &mut self,
+        now: Instant,
+        done: &mut dyn FnMut(Done, &TagBufs),
+    ) -> (usize, Option<Event>) {
+        let n = self.complete(done);
+        if let Some(m) = &mut self.session {
+            let epoch = m.link.epoch();
+            if epoch != m.epoch {
+                m.epoch = epoch;
+                if self.ch.down().is_none() {
+                    self.ch.declare_down(DownReason::Session);
+                }
+            }
+        }
+        if self.ch.down().is_none() {
+            return (n, None);
+        }
+        if self.rport.is_up() {
+            // what was armed on this login's fds belongs to the old login from now on
+            self.gen = self.gen.wrapping_add(1);
+            if self.ch.down() != Some(&DownReason::Session) {
+                if let Some(m) = &mut self.session {
+                    m.epoch = m.link.fail(m.qid);
+                }
+            }
+        }
+        let event = self.on_down(now, done);
+        // what a new login answered at once
+        let n = n + if self.rport.is_up() {
+            self.complete(done)
+        } else {
+            0
+        };
+        (n, event)
+    }
+
+    /// Polls the channel until nothing more completes.
+    fn complete(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) -> usize {
+        let (ch, bufs) = (&mut self.ch, &self.bufs);
+        let mut total = 0;
+        loop {
+            let n = ch.process(&mut |d| done(d, bufs));
+            if n == 0 {
+                return total;
+            }
+            total += n;
+        }
+    }
+
+    /// The first step after the channel went down: stop it (nothing it does may reach the
+    /// buffers once commands are re-issued or failed) and hold I/O.
+    fn went_down(&mut self, now: Instant) -> crate::session::rport::DownStep {
+        let step = self.rport.down_step(now);
+        if step.went_down {
+            let why = self.ch.down().map(|d| d.to_string()).unwrap_or_default();
+            self.ch.transport().stop();
+            self.ch.set_hold(true);
+            tracing::warn!(
+                "{}: channel down ({why}); holding I/O, {}",
+                self.name,
+                self.rport.timers.down_plan()
+            );
+        }
+        step
+    }
+
+    fn on_down(&mut self, now: Instant, done: &mut dyn FnMut(Done, &TagBufs)) -> Option<Event> {
+        let step = self.went_down(now);
+        let mut event = None;
+        // the device under the channel is going away: let go of what is ours on it at once
+        if self.ch.transport().release_if_removed() {
+            let since = SystemTime::now()
+                .checked_sub(step.down_for)
+                .unwrap_or_else(SystemTime::now);
+            event = Some(Event::Removed { since });
+        }
+        if step.fail_held || step.lost {
+            let how = if step.lost {
+                "dev_loss_tmo expired: failing I/O for good"
+            } else {
+                "fast_io_fail_tmo expired: failing I/O"
+            };
+            tracing::warn!("{}: {how} (down for {:.1?})", self.name, step.down_for);
+            self.fail_held(done);
+        }
+        if step.lost {
+            return Some(Event::Lost);
+        }
+        if step.try_now {
+            self.reconnect(now, done);
+        }
+        event
+    }
+
+    /// One reconnect attempt: log in again, register the buffers on the new login and re-issue
+    /// what was held, or try again after reconnect_delay.
+    fn reconnect(&mut self, now: Instant, done: &mut dyn FnMut(Done, &TagBufs)) {
+        let t = self.rport.timers;
+        let fresh = match self.connect.connect(self.ch.transport()) {
+            Ok(mut f) => match f.t.register_bufs(&self.bufs) {
+                Ok(data) => Ok((f, data)),
+                Err(e) => Err(format!("registering the tag buffers: {e}")),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        let (f, data) = match fresh {
+            Ok(x) => x,
+            Err(e) => {
+                self.rport.retry_later(now);
+                tracing::warn!(
+                    "{}: reconnect failed ({e}); {}",
+                    self.name,
+                    t.next_attempt()
+                );
+                return;
+            }
+        };
+        let old = self.ch.reconnect(f.t, f.req_lim, f.max_imm, &mut |tag, b| {
+            let n = data[usize::from(tag)];
+            DataBuf {
+                lkey: n.lkey,
+                rkey: n.rkey,
+                ..b
+            }
+        });
+        // the old login is stopped: nothing of it reaches the buffers any more
+        drop(old);
+        self.data = data;
+        self.ch.set_hold(false);
+        let held = usize::from(self.ch.busy());
+        let (ch, bufs) = (&mut self.ch, &self.bufs);
+        let now_ms = self.base_ms + now.saturating_duration_since(self.base).as_millis() as u64;
+        let failed = ch.resume(now_ms, t.reissue_limit(), &mut |d| done(d, bufs));
+        let down = self.rport.reconnected(now);
+        self.reconnects += 1;
+        tracing::warn!(
+            "{}: reconnected after {down:.1?}; {} command(s) re-issued",
+            self.name,
+            held - failed
+        );
+    }
+
+    /// Stops holding and fails every unfinished command with EIO.
+    fn fail_held(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
+        let (ch, bufs) = (&mut self.ch, &self.bufs);
+        ch.set_hold(false);
+        ch.fail_all(libc::EIO, &mut |d| done(d, bufs));
+    }
+
+    /// Ends the path: a channel that is up logs out (what it had in flight finishes first, as far
+    /// as `done` is concerned); one that is down fails what it holds.
+    pub fn close(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
+        if self.rport.is_up() && self.ch.down().is_none() {
+            self.ch.send_i_logout();
+            self.complete(done);
+        } else {
+            self.fail_held(done);
+        }
+    }
+
+    /// Gives the channel back (to a pool) when it is up and idle, its buffers' registrations
+    /// dropped; otherwise stops it and returns it as lost (it is closed after a later login).
+    pub fn into_channel(self) -> Returned<C::T> {
+        let Path { mut ch, rport, .. } = self;
+        if rport.is_up() && ch.down().is_none() && ch.busy() == 0 {
+            ch.transport().forget_bufs();
+            Returned::Idle(ch)
+        } else {
+            ch.transport().stop();
+            Returned::Lost(ch)
+        }
+    }
+}
+
+/// A channel a path gave back ([`Path::into_channel`]).
+pub enum Returned<T: Transport> {
+    /// Up and idle, with no buffers registered: it can serve another path.
+    Idle(Channel<T>),
+    /// Down or stuck, and stopped.
+    Lost(Channel<T>),
+}
+
+/// How long a path whose channel is down waits between looks at its timers.
+pub const DOWN_TICK: Duration = Duration::from_millis(50);
+
+/// The buffers' descriptors before a login registered them (keys 0): a channel that starts down
+/// holds commands on these, and its first login re-keys them.
+fn unregistered(bufs: &TagBufs) -> Vec<DataBuf> {
+    bufs.ios()
+        .iter()
+        .map(|b| DataBuf {
+            addr: b.as_ptr() as u64,
+            len: b.len() as u32,
+            lkey: 0,
+            rkey: 0,
+        })
+        .collect()
+}

@@ -1,0 +1,265 @@
+//! The path's lifecycle over the fake target, front-end free: time is what the test hands in.
+
+use super::*;
+use crate::channel::block::WriteCache;
+use crate::channel::fake::FakeTarget;
+use crate::channel::ChannelConfig;
+use crate::session::timers::Timers;
+use crate::wire::scsi::cdb::op;
+use crate::wire::srp::ScsiLun;
+use std::cell::Cell;
+
+const DEPTH: u16 = 8;
+const BUF: u32 = 64 * 1024;
+const GEO: Geometry = Geometry {
+    block_shift: 9,
+    blocks: 2048,
+    unmap: true,
+    write_same_unmap: true,
+    cache: WriteCache::LEGACY,
+};
+const TIMERS: Timers = Timers {
+    reconnect_delay: Some(1),
+    fast_io_fail_tmo: Some(5),
+    dev_loss_tmo: Some(60),
+};
+
+/// Logs in again to the same fake target; refuses as many logins as asked first.
+#[derive(Default)]
+struct FakeConnect {
+    refuse: Cell<u32>,
+    attempts: Cell<u32>,
+}
+
+impl Connect for &FakeConnect {
+    type T = FakeTarget;
+    type Error = &'static str;
+
+    fn connect(&self, old: &mut FakeTarget) -> Result<Fresh<FakeTarget>, &'static str> {
+        self.attempts.set(self.attempts.get() + 1);
+        if self.refuse.get() > 0 {
+            self.refuse.set(self.refuse.get() - 1);
+            return Err("login rejected");
+        }
+        Ok(Fresh {
+            t: old.successor(),
+            req_lim: 16,
+            max_imm: 8192,
+        })
+    }
+}
+
+fn channel() -> Channel<FakeTarget> {
+    let t = FakeTarget::new(1 << 20, 512, DEPTH + 4, DEPTH + 8);
+    Channel::new(
+        t,
+        ChannelConfig {
+            depth: DEPTH,
+            extra_slots: 4,
+            lun: ScsiLun::from_int(0),
+            req_lim: 16,
+            max_imm: 8192,
+            imm_data_offset: 68,
+            max_retries: 3,
+        },
+    )
+}
+
+fn path(c: &FakeConnect) -> Path<&FakeConnect> {
+    let bufs = TagBufs::new(DEPTH, BUF);
+    Path::new(channel(), c, bufs, Rport::new(TIMERS), "queue 0".into()).expect("registers")
+}
+
+/// What finished: (tag, errno, the first 4 KiB of its buffer).
+type Finished = Vec<(u16, i32, Vec<u8>)>;
+
+fn service(p: &mut Path<&FakeConnect>, now: Instant) -> (Finished, Option<Event>) {
+    let mut out = Vec::new();
+    let (_, ev) = p.service(now, &mut |d, b| {
+        let data = b.ios()[usize::from(d.tag)][..4096].to_vec();
+        out.push((d.tag, d.outcome.errno, data));
+    });
+    (out, ev)
+}
+
+fn write(p: &mut Path<&FakeConnect>, tag: u16, lba: u64, byte: u8, now: Instant) {
+    p.buf(tag)[..4096].fill(byte);
+    let w = BlockOp::Write { fua: false };
+    p.submit(tag, w, lba * 512, 4096, &GEO).expect("submitted");
+    let (done, _) = service(p, now);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].1, 0, "the write of tag {tag} failed");
+}
+
+fn read(p: &mut Path<&FakeConnect>, tag: u16, lba: u64) {
+    p.buf(tag).fill(0);
+    p.submit(tag, BlockOp::Read, lba * 512, 4096, &GEO)
+        .expect("submitted");
+}
+
+/// Takes the channel down as a malformed IU from the target does.
+fn break_channel(p: &mut Path<&FakeConnect>) {
+    p.ch.transport().inject(vec![0xc1, 0, 0]);
+}
+
+fn reads_sent(p: &mut Path<&FakeConnect>) -> Vec<u64> {
+    p.ch.transport()
+        .log
+        .iter()
+        .filter(|(opc, _)| *opc == op::READ_16)
+        .map(|&(_, tag)| tag & 0xffff)
+        .collect()
+}
+
+#[test]
+fn held_commands_are_reissued_in_their_first_order_on_the_new_logins_buffers() {
+    let c = FakeConnect::default();
+    let mut p = path(&c);
+    let t0 = Instant::now();
+    for (tag, byte) in [(0u16, 0xa1u8), (1, 0xb2), (2, 0xc3)] {
+        write(&mut p, tag, u64::from(tag) * 8, byte, t0);
+    }
+    // reads on tags 5, 3, 4 (of the data of tags 2, 0, 1): their responses never come
+    p.ch.transport().faults.hold_rsps = true;
+    for (tag, lba) in [(5u16, 16u64), (3, 0), (4, 8)] {
+        read(&mut p, tag, lba);
+    }
+    assert!(service(&mut p, t0).0.is_empty());
+    break_channel(&mut p);
+    let (done, ev) = service(&mut p, t0);
+    assert!(done.is_empty(), "held, not failed: {done:?}");
+    assert_eq!((ev, p.state()), (None, LinkState::Blocked));
+    let gen = p.gen();
+    // reconnect_delay later: a new login; the reads go again, in the order they first went
+    let (done, _) = service(&mut p, t0 + Duration::from_millis(1000));
+    assert_eq!(c.attempts.get(), 1);
+    assert!(p.is_up());
+    assert_eq!(reads_sent(&mut p), [5, 3, 4], "the new login's commands");
+    let got: Vec<(u16, i32, u8)> = done.iter().map(|(t, e, d)| (*t, *e, d[4095])).collect();
+    // the data came through the buffers as the new login registered them (the old login's keys
+    // open nothing on the new one)
+    assert_eq!(got, [(5, 0, 0xc3), (3, 0, 0xa1), (4, 0, 0xb2)]);
+    assert_eq!((p.reconnects(), p.gen()), (1, gen));
+}
+
+#[test]
+fn fast_io_fail_fails_held_and_new_commands_and_dev_loss_ends_the_path() {
+    let c = FakeConnect {
+        refuse: Cell::new(u32::MAX),
+        ..Default::default()
+    };
+    let mut p = path(&c);
+    let t0 = Instant::now();
+    p.ch.transport().faults.hold_rsps = true;
+    read(&mut p, 0, 0);
+    break_channel(&mut p);
+    let s = |secs: f64| t0 + Duration::from_secs_f64(secs);
+    assert!(service(&mut p, s(0.0)).0.is_empty());
+    assert!(
+        service(&mut p, s(4.9)).0.is_empty(),
+        "held before fast_io_fail_tmo"
+    );
+    let (done, ev) = service(&mut p, s(5.0));
+    assert_eq!(
+        (done.len(), done[0].0, done[0].1, ev),
+        (1, 0, libc::EIO, None)
+    );
+    assert_eq!(p.state(), LinkState::FailFast);
+    // a command that comes now fails at once
+    let r = p.submit(1, BlockOp::Read, 0, 4096, &GEO);
+    let (done, _) = service(&mut p, s(5.5));
+    let failed_now = r.is_err() || done.iter().any(|(t, e, _)| *t == 1 && *e == libc::EIO);
+    assert!(
+        failed_now,
+        "a new command after fast_io_fail: {r:?} {done:?}"
+    );
+    let (_, ev) = service(&mut p, s(60.0));
+    assert_eq!((ev, p.state()), (Some(Event::Lost), LinkState::Lost));
+    // the path is given up: no more logins
+    let tries = c.attempts.get();
+    service(&mut p, s(120.0));
+    assert_eq!(c.attempts.get(), tries);
+}
+
+#[test]
+fn a_refused_login_is_tried_again_every_reconnect_delay() {
+    let c = FakeConnect {
+        refuse: Cell::new(2),
+        ..Default::default()
+    };
+    let mut p = path(&c);
+    let t0 = Instant::now();
+    break_channel(&mut p);
+    let ms = |m: u64| t0 + Duration::from_millis(m);
+    let mut tries = Vec::new();
+    for at in [0, 500, 1000, 1500, 1999, 2000, 2500, 3000, 3500] {
+        service(&mut p, ms(at));
+        tries.push((at, c.attempts.get(), p.is_up()));
+    }
+    assert_eq!(
+        tries,
+        [
+            (0, 0, false),
+            (500, 0, false),
+            (1000, 1, false),
+            (1500, 1, false),
+            (1999, 1, false),
+            (2000, 2, false),
+            (2500, 2, false),
+            (3000, 3, true),
+            (3500, 3, true),
+        ]
+    );
+}
+
+#[test]
+fn a_siblings_failure_takes_the_path_down_and_both_reconnect() {
+    let (c0, c1) = (FakeConnect::default(), FakeConnect::default());
+    let (mut p0, mut p1) = (path(&c0), path(&c1));
+    let link = Arc::new(SessionLink::new(2, GEO.blocks).expect("eventfds"));
+    p0.join(link.clone(), 0);
+    p1.join(link.clone(), 1);
+    let t0 = Instant::now();
+    write(&mut p1, 0, 0, 0x5a, t0);
+    break_channel(&mut p0);
+    service(&mut p0, t0);
+    assert!(!p0.is_up());
+    // queue 1's channel is fine, but it goes down with its sibling
+    service(&mut p1, t0);
+    assert_eq!(p1.state(), LinkState::Blocked);
+    assert_eq!(p1.channel().down(), Some(&DownReason::Session));
+    let later = t0 + Duration::from_secs(1);
+    service(&mut p0, later);
+    service(&mut p1, later);
+    assert!(p0.is_up() && p1.is_up());
+    assert_eq!((c0.attempts.get(), c1.attempts.get()), (1, 1));
+    // the sibling's new login serves: the data written before is there
+    read(&mut p1, 2, 0);
+    let (done, _) = service(&mut p1, later);
+    assert_eq!((done[0].1, done[0].2[0]), (0, 0x5a));
+    // one failure takes the others down once: nothing more happens
+    service(&mut p0, later);
+    service(&mut p1, later);
+    assert!(p0.is_up() && p1.is_up());
+}
+
+#[test]
+fn a_path_that_starts_down_holds_io_and_registers_its_buffers_at_its_first_login() {
+    let c = FakeConnect::default();
+    let mut ch = channel();
+    ch.declare_down(DownReason::Transport("the RDMA device went away".into()));
+    ch.transport().stop();
+    let at = Instant::now();
+    let rport = Rport::down_since(TIMERS, at);
+    let bufs = TagBufs::new(DEPTH, BUF);
+    let mut p = Path::new(ch, &c, bufs, rport, "queue 0".into()).expect("no registration yet");
+    assert_eq!(p.state(), LinkState::Blocked);
+    read(&mut p, 0, 0);
+    assert!(service(&mut p, at).0.is_empty(), "held");
+    let (done, _) = service(&mut p, at + Duration::from_secs(1));
+    assert!(p.is_up());
+    assert_eq!(
+        done.iter().map(|d| (d.0, d.1)).collect::<Vec<_>>(),
+        [(0, 0)]
+    );
+}
