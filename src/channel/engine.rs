@@ -355,12 +355,12 @@ impl<T: Transport> Channel<T> {
     }
 
     /// The transport (to arm it, or reach its file descriptor).
-    pub fn transport(&mut self) -> &mut T {
+    pub(crate) fn transport(&mut self) -> &mut T {
         &mut self.t
     }
 
     /// Consumes the channel, returning the transport (for teardown).
-    pub fn into_transport(self) -> T {
+    pub(crate) fn into_transport(self) -> T {
         self.t
     }
 

@@ -8,21 +8,27 @@
 //! when idle it arms the CQ and sleeps in io_uring on a PollAdd of the completion channel fd.
 
 use crate::backend::MemDisk;
-use crate::channel::block::{BlockOp, FuaWrite, Geometry};
-use crate::channel::{clock_ms, Channel, Done};
-use crate::path::{Event, Path, PathError, SessionLink, DOWN_TICK};
-use crate::rdma::{Endpoint, TagBufs};
+use crate::channel::block::{FuaWrite, Geometry};
+use crate::path::{Path, SessionLink};
 pub use crate::session::rport::LinkState;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
-use crate::session::{LunInfo, Relogin, Session, RELOGIN_STEP};
-use crate::stats::{IoCounters, IoKind, SharedIo};
+use crate::session::{LunInfo, Relogin, Session, SrpChannel};
+use crate::stats::{IoCounters, SharedIo};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
-use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
-use libublk::{sys, BufDesc, BufDescList, UblkFlags, UblkIORes, UblkUringData};
+use libublk::io::UblkDev;
+use libublk::{sys, UblkFlags};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+
+mod capacity;
+mod demo;
+mod queue;
+
+use capacity::CapacityWatch;
+use demo::serve_demo;
+use queue::run_queue;
 
 /// One queue's live counters, published by its thread only when it is about to sleep or every
 /// 1024 loops (relaxed stores to its own cache line: nothing on the I/O path is shared) and read by
@@ -100,17 +106,6 @@ pub enum PollMode {
     /// Always arm the CQ and sleep until its completion channel fires.
     Interrupt,
 }
-
-/// Empty polls before an adaptive queue sleeps.
-const ADAPTIVE_SPINS: u32 = 2000;
-const OP_POLL_CQ: u32 = 1;
-const OP_POLL_CM: u32 = 2;
-const OP_CANCEL: u32 = 3;
-/// A Timeout SQE that wakes a sleeping queue for its channel's timed work (command timeouts,
-/// delayed retries) while commands are outstanding.
-const OP_TICK: u32 = 4;
-/// A PollAdd on the queue's [`SessionLink`] eventfd: another queue's channel failed.
-const OP_POLL_WAKE: u32 = 5;
 
 /// Options of the ublk device.
 #[derive(Clone, Debug)]
@@ -244,7 +239,7 @@ fn ublk_params(lun: &LunInfo, max_io: u32) -> sys::ublk_params {
 /// down.
 pub struct Handover {
     /// One channel per queue, each down.
-    pub channels: Vec<Channel<Endpoint>>,
+    pub channels: Vec<SrpChannel>,
     /// How they log in.
     pub relogin: Relogin,
     /// Queue depth (the device's).
@@ -274,29 +269,6 @@ pub enum UblkSource {
         /// Depth.
         depth: u16,
     },
-}
-
-fn demo_params(size: u64, max_io: u32) -> sys::ublk_params {
-    sys::ublk_params {
-        types: sys::UBLK_PARAM_TYPE_BASIC | sys::UBLK_PARAM_TYPE_DISCARD,
-        basic: sys::ublk_param_basic {
-            logical_bs_shift: 9,
-            physical_bs_shift: 12,
-            io_opt_shift: 12,
-            io_min_shift: 12,
-            max_sectors: max_io >> 9,
-            dev_sectors: size >> 9,
-            ..Default::default()
-        },
-        discard: sys::ublk_param_discard {
-            discard_granularity: 4096,
-            max_discard_sectors: u32::MAX >> 9,
-            max_write_zeroes_sectors: u32::MAX >> 9,
-            max_discard_segments: 1,
-            ..Default::default()
-        },
-        ..Default::default()
-    }
 }
 
 /// Creates `/dev/ublkbN` over the source (one SRP channel per queue) and serves it until the device is
@@ -336,7 +308,7 @@ pub fn serve(
     };
     let nr_queues = channels.len() as u16;
     let size = geo.blocks << geo.block_shift;
-    let channels: Arc<Mutex<Vec<Option<Channel<Endpoint>>>>> =
+    let channels: Arc<Mutex<Vec<Option<SrpChannel>>>> =
         Arc::new(Mutex::new(channels.into_iter().map(Some).collect()));
     let ctrl = if opts.recover {
         recover_ctrl(opts.dev_id, nr_queues, depth, max_io)?
@@ -433,110 +405,6 @@ pub fn serve(
     })
 }
 
-/// How often the capacity watch looks at the queues' unit attention counts and for a request.
-const CAPACITY_POLL: Duration = Duration::from_millis(500);
-
-/// The daemon's capacity checks: off the I/O path, on a thread of their own, each on a channel of
-/// its own ([`Relogin::read_capacity`]).
-struct CapacityWatch {
-    dev_id: u32,
-    relogin: Relogin,
-    shared: Arc<SessionLink>,
-    queues: Arc<Vec<QueueStatus>>,
-    capacity: Arc<CapacityStatus>,
-    block_shift: u32,
-}
-
-impl CapacityWatch {
-    fn unit_attentions(&self) -> u64 {
-        self.queues
-            .iter()
-            .map(|q| q.capacity_changed.load(Relaxed))
-            .sum()
-    }
-
-    fn run(&self, stop: &AtomicBool) {
-        let mut seen = self.unit_attentions();
-        while !stop.load(Relaxed) {
-            std::thread::sleep(CAPACITY_POLL);
-            let n = self.unit_attentions();
-            let asked = self.capacity.check.swap(false, Relaxed);
-            if n == seen && !asked {
-                continue;
-            }
-            seen = n;
-            let why = if asked {
-                "asked for"
-            } else {
-                "the target reported CAPACITY DATA HAS CHANGED"
-            };
-            let counter = match self.check(why) {
-                Ok(()) => &self.capacity.checks,
-                Err(()) => &self.capacity.failures,
-            };
-            counter.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Re-reads the LUN's capacity and resizes the device to it where the kernel's ublk can
-    /// (UPDATE_SIZE, Linux 6.16); elsewhere says so and records the size as pending. Err: the
-    /// capacity could not be read or applied (logged).
-    fn check(&self, why: &str) -> Result<(), ()> {
-        let dev = format!("/dev/ublkb{}", self.dev_id);
-        let cap = match self.relogin.read_capacity(RELOGIN_STEP) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!("{dev}: capacity check ({why}) failed: {e}");
-                return Err(());
-            }
-        };
-        let old = self.capacity.bytes.load(Relaxed);
-        let new = cap.bytes().unwrap_or(0);
-        if cap.block_len != 1 << self.block_shift {
-            tracing::error!(
-                "{dev}: the LUN's logical block size is now {} bytes (was {}): a device cannot \
-                 change it; `srp-ublk del` and `add` it again",
-                cap.block_len,
-                1u32 << self.block_shift
-            );
-            return Err(());
-        }
-        if new == old {
-            tracing::info!("{dev}: capacity check ({why}): unchanged, {new} bytes");
-            self.capacity.pending.store(0, Relaxed);
-            return Ok(());
-        }
-        let can =
-            UblkCtrl::get_features().is_some_and(|f| f & u64::from(sys::UBLK_F_UPDATE_SIZE) != 0);
-        if !can {
-            tracing::warn!(
-                "{dev}: the LUN's capacity changed from {old} to {new} bytes ({why}), but this \
-                 kernel's ublk cannot resize a live device (UPDATE_SIZE, Linux 6.16): the device \
-                 stays at {old} bytes; `srp-ublk del` and `add` it again for the new size"
-            );
-            self.capacity.pending.store(new, Relaxed);
-            return Ok(());
-        }
-        let blocks = cap.blocks();
-        // growing, the queues take the new blocks before the kernel can send them; shrinking,
-        // only once the kernel has stopped sending the old ones
-        let before = self.shared.blocks.load(Relaxed);
-        self.shared.blocks.store(blocks.max(before), Relaxed);
-        let r = UblkCtrl::new_simple(self.dev_id as i32).and_then(|c| c.update_size(new));
-        if let Err(e) = r {
-            self.shared.blocks.store(before, Relaxed);
-            tracing::warn!("{dev}: resizing from {old} to {new} bytes ({why}) failed: {e}");
-            self.capacity.pending.store(new, Relaxed);
-            return Err(());
-        }
-        self.shared.blocks.store(blocks, Relaxed);
-        self.capacity.bytes.store(new, Relaxed);
-        self.capacity.pending.store(0, Relaxed);
-        tracing::warn!("{dev}: resized from {old} to {new} bytes ({why})");
-        Ok(())
-    }
-}
-
 /// `adaptive` spins only with a core to spare (see [`PollMode::Adaptive`]).
 fn effective_mode(mode: PollMode, queues: u16) -> PollMode {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -622,106 +490,6 @@ fn recover_ctrl(id: i32, queues: u16, depth: u16, max_io: u32) -> Result<UblkCtr
         .map_err(|e| ublk("taking the device over", e))
 }
 
-fn serve_demo(
-    size: u64,
-    disk: Option<Arc<MemDisk>>,
-    queues: u16,
-    depth: u16,
-    opts: UblkOptions,
-    status: Arc<Vec<QueueStatus>>,
-    on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
-) -> Result<(), UblkFrontError> {
-    const MAX_IO: u32 = 512 * 1024;
-    let ctrl = build_ctrl("srp-ublk-demo", opts.dev_id, queues, depth, MAX_IO)?;
-    let tgt_init = move |dev: &mut UblkDev| {
-        dev.set_default_params(size);
-        dev.tgt.params = demo_params(size, MAX_IO);
-        Ok(())
-    };
-    let q_fn = move |qid: u16, dev: &UblkDev| {
-        if let Some(st) = status.get(usize::from(qid)) {
-            st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
-        }
-        if let Err(e) = run_demo_queue(qid, dev, disk.as_deref(), size) {
-            tracing::error!("queue {qid}: {e}");
-        }
-    };
-    let res = ctrl.run_target(tgt_init, q_fn, move |c| {
-        on_live(LiveInfo {
-            dev_id: c.dev_info().dev_id,
-            bdev: c.get_bdev_path(),
-        });
-    });
-    let _ = ctrl.del_dev();
-    res.map(|_| ()).map_err(|source| UblkFrontError::Ublk {
-        what: "running the ublk device",
-        source,
-    })
-}
-
-/// A demo queue: every command completes at once, from RAM or zeros.
-fn run_demo_queue(
-    qid: u16,
-    dev: &UblkDev,
-    disk: Option<&MemDisk>,
-    size: u64,
-) -> Result<(), QueueError> {
-    let ublk = |what: &'static str| move |source| QueueError::Ublk { what, source };
-    let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
-    let mut bufs = dev.alloc_queue_io_bufs();
-    let q = q
-        .submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs)))
-        .map_err(ublk("submitting FETCH commands"))?;
-    loop {
-        let r = q.flush_and_wake_io_tasks(
-            |data, cqe, _last| {
-                if data & UblkUringData::Target as u64 != 0
-                    || cqe.result() != sys::UBLK_IO_RES_OK as i32
-                {
-                    return;
-                }
-                let tag = UblkIOCtx::user_data_to_tag(data) as u16;
-                let iod = q.get_iod(tag);
-                let (off, len) = (iod.start_sector << 9, (iod.nr_sectors << 9) as usize);
-                let buf = bufs[usize::from(tag)].as_mut_slice();
-                let res = if off + len as u64 > size || len > buf.len() {
-                    -libc::EIO
-                } else {
-                    match iod.op_flags & 0xff {
-                        sys::UBLK_IO_OP_READ => {
-                            match disk {
-                                Some(d) => d.read(off, &mut buf[..len]),
-                                None => buf[..len].fill(0),
-                            }
-                            len as i32
-                        }
-                        sys::UBLK_IO_OP_WRITE => {
-                            if let Some(d) = disk {
-                                d.write(off, &buf[..len]);
-                            }
-                            len as i32
-                        }
-                        sys::UBLK_IO_OP_FLUSH => 0,
-                        sys::UBLK_IO_OP_DISCARD | sys::UBLK_IO_OP_WRITE_ZEROES => {
-                            if let Some(d) = disk {
-                                d.zero(off, len);
-                            }
-                            0
-                        }
-                        _ => -libc::EOPNOTSUPP,
-                    }
-                };
-                let _ =
-                    q.complete_io_cmd_unified(tag, BufDesc::Slice(buf), Ok(UblkIORes::Result(res)));
-            },
-            1,
-        );
-        if r.is_err() {
-            return Ok(());
-        }
-    }
-}
-
 fn pin(tid: i32, cpu: usize, qid: usize) {
     let mut set = nix::sched::CpuSet::new();
     let r = set
@@ -729,405 +497,5 @@ fn pin(tid: i32, cpu: usize, qid: usize) {
         .and_then(|_| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set));
     if let Err(e) = r {
         tracing::warn!("queue {qid}: cannot pin thread {tid} to CPU {cpu}: {e}");
-    }
-}
-
-/// What a queue thread can fail on before it serves.
-#[derive(Debug, thiserror::Error)]
-enum QueueError {
-    /// libublk refused a step.
-    #[error("{what}: {source}")]
-    Ublk {
-        what: &'static str,
-        #[source]
-        source: libublk::UblkError,
-    },
-    /// The path could not be set up.
-    #[error(transparent)]
-    Path(#[from] PathError),
-}
-
-/// What each tag's command is, and the queue's counters (kept here, published by
-/// [`QueueStatus::publish`]).
-struct Pending {
-    tags: Vec<TagIo>,
-    io: IoCounters,
-}
-
-/// A tag's command: its length, whether its result is a byte count, its kind and when it came.
-#[derive(Clone, Copy)]
-struct TagIo {
-    len: u32,
-    rw: bool,
-    kind: IoKind,
-    started: Instant,
-}
-
-/// What a queue does besides its path: the device it belongs to and the polls it has armed on
-/// the path's fds (each tagged with the path's login generation).
-struct Queue<'a> {
-    qid: u16,
-    q: &'a UblkQueue<'a>,
-    geo: Geometry,
-    shared: &'a SessionLink,
-    status: &'a QueueStatus,
-    dev_id: u32,
-    on_removed: Option<OnRemoved>,
-    /// The login generation `cq_poll` and `cm_poll` were armed on.
-    armed_gen: u16,
-    cq_poll: bool,
-    cm_poll: bool,
-    wake_poll: bool,
-    tick_poll: bool,
-    /// The Timeout SQE's duration: read by the kernel when the SQE is submitted.
-    tick_ts: io_uring::types::Timespec,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_queue(
-    qid: u16,
-    dev: &UblkDev,
-    ch: Channel<Endpoint>,
-    geo: Geometry,
-    mode: PollMode,
-    relogin: Relogin,
-    rport: Rport,
-    on_removed: Option<OnRemoved>,
-    status: &QueueStatus,
-    shared: &Arc<SessionLink>,
-) -> Result<(), QueueError> {
-    let ublk = |what: &'static str| move |source| QueueError::Ublk { what, source };
-    init_ring(dev).map_err(ublk("setting up the queue's io_uring"))?;
-    let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
-    let depth = q.get_depth() as u16;
-    let bufs = TagBufs::new(depth, dev.dev_info.max_io_buf_bytes);
-    // a channel that starts down (a handover) holds I/O before the first command can arrive; it
-    // logs in from the loop, once the ring has taken the FETCH commands
-    let mut path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
-    path.join(shared.clone(), qid);
-    let mut pending = Pending {
-        tags: vec![
-            TagIo {
-                len: 0,
-                rw: false,
-                kind: IoKind::Other,
-                started: Instant::now(),
-            };
-            usize::from(depth)
-        ],
-        io: IoCounters::default(),
-    };
-    let q = q
-        .submit_fetch_commands_unified(BufDescList::Slices(Some(path.bufs().ios())))
-        .map_err(ublk("submitting FETCH commands"))?;
-    let mut qu = Queue {
-        qid,
-        q: &q,
-        geo,
-        shared,
-        status,
-        dev_id: dev.dev_info.dev_id,
-        on_removed,
-        armed_gen: path.gen(),
-        cq_poll: false,
-        cm_poll: false,
-        wake_poll: false,
-        tick_poll: false,
-        tick_ts: Duration::ZERO.into(),
-    };
-    qu.serve(&mut path, &mut pending, mode);
-    path.close(&mut |d, b| commit(&q, b, &mut pending, d));
-    status.publish(&path, &pending.io);
-    Ok(())
-}
-
-impl Queue<'_> {
-    /// The queue's loop, until the device stops.
-    fn serve(&mut self, path: &mut Path<Relogin>, pending: &mut Pending, mode: PollMode) {
-        let (mut spins, mut loops) = (0u32, 0u32);
-        self.status.publish(path, &pending.io);
-        loop {
-            if !self.wake_poll {
-                let fd = self.shared.wake_fd(self.qid);
-                self.wake_poll = submit_poll(self.q, fd, OP_POLL_WAKE, 0);
-            }
-            loops = loops.wrapping_add(1);
-            let up = path.is_up();
-            path.tick(clock_ms());
-            if let (false, Some(fd)) = (self.cm_poll, path.cm_fd()) {
-                self.cm_poll = submit_poll(self.q, fd, OP_POLL_CM, path.gen());
-            }
-            let busy = path.busy() > 0;
-            let spin = up
-                && match mode {
-                    PollMode::Busy => busy,
-                    PollMode::Adaptive => busy && spins < ADAPTIVE_SPINS,
-                    PollMode::Interrupt => false,
-                };
-            // while down, the loop ticks (DOWN_TICK) instead of sleeping on the ring
-            let mut to_wait = if spin || !up { 0 } else { 1 };
-            if to_wait == 1 || loops % 1024 == 0 {
-                self.status.publish(path, &pending.io);
-            }
-            if to_wait == 1 && self.prepare_sleep(path, pending) {
-                to_wait = 0;
-            }
-            let (cq_fired, cm_fired, r) = self.reap(path, pending, to_wait, up, loops);
-            if cq_fired {
-                self.cq_poll = false;
-                path.ack();
-            }
-            if cm_fired {
-                self.cm_poll = false;
-                path.drain_cm();
-            }
-            if !self.wake_poll {
-                self.shared.ack_wake(self.qid);
-            }
-            let (n, event) =
-                path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
-            self.follow_login(path);
-            spins = if n > 0 || !busy {
-                0
-            } else {
-                spins.saturating_add(1)
-            };
-            if !path.is_up() {
-                self.status.publish(path, &pending.io);
-            }
-            match event {
-                Some(Event::Removed { since }) => {
-                    if let Some(OnRemoved(f)) = &self.on_removed {
-                        f(self.dev_id, since);
-                    }
-                }
-                Some(Event::Lost) => {
-                    tracing::error!("queue {}: removing the device", self.qid);
-                    // the same path as `srp-ublk del`: the daemon's signal thread stops the device
-                    let _ =
-                        nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
-                }
-                None => {}
-            }
-            if !path.is_up() && r.is_ok() {
-                std::thread::sleep(DOWN_TICK);
-            }
-            if r.is_err() {
-                return;
-            }
-        }
-    }
-
-    /// The path's login changed (it went down): cancel the polls armed on the old login's fds,
-    /// they would never fire again.
-    fn follow_login(&mut self, path: &Path<Relogin>) {
-        if path.gen() == self.armed_gen {
-            return;
-        }
-        for (armed, op) in [(self.cq_poll, OP_POLL_CQ), (self.cm_poll, OP_POLL_CM)] {
-            if armed {
-                cancel_poll(self.q, op, self.armed_gen);
-            }
-        }
-        (self.cq_poll, self.cm_poll) = (false, false);
-        self.armed_gen = path.gen();
-    }
-
-    /// Arms what wakes a sleeping queue: the completion channel and, while commands are out, a
-    /// timer for the channel's timed work. Returns whether something completed meanwhile.
-    fn prepare_sleep(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) -> bool {
-        if !self.cq_poll {
-            if let Some(fd) = path.arm() {
-                self.cq_poll = submit_poll(self.q, fd, OP_POLL_CQ, path.gen());
-            }
-        }
-        // a completion may have landed before the arm took effect (what else `service` reports
-        // the loop sees on its next pass)
-        let (n, _) = path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
-        self.follow_login(path);
-        if let (false, Some(t)) = (self.tick_poll, path.next_tick_in()) {
-            self.tick_ts = t
-                .clamp(Duration::from_millis(1), Duration::from_secs(1))
-                .into();
-            let sqe = io_uring::opcode::Timeout::new(&self.tick_ts)
-                .build()
-                .user_data(UblkIOCtx::build_user_data(0, OP_TICK, 0, true));
-            self.tick_poll = self.q.ublk_submit_sqe_sync(sqe).is_ok();
-        }
-        n > 0
-    }
-
-    /// Submits and reaps the ring (waiting for `to_wait` completions): starts every new ublk
-    /// command, notes which polls fired. Returns (CQ poll fired, CM poll fired, the ring's result).
-    fn reap(
-        &mut self,
-        path: &mut Path<Relogin>,
-        pending: &mut Pending,
-        to_wait: usize,
-        up: bool,
-        loops: u32,
-    ) -> (bool, bool, Result<i32, libublk::UblkError>) {
-        let (mut cq_fired, mut cm_fired) = (false, false);
-        // commands arriving after a sleep are stamped with the time they arrive
-        let mut clock_set = false;
-        // A spin with nothing to submit, reap or run in the kernel skips io_uring_enter (one in 64
-        // enters anyway, should a kernel not raise the task-run flag).
-        if to_wait == 0 && up && loops % 64 != 0 && !ring_needs_enter() {
-            return (false, false, Ok(0));
-        }
-        let q = self.q;
-        let gen = self.armed_gen;
-        let geo = Geometry {
-            blocks: self.shared.blocks.load(Relaxed),
-            ..self.geo
-        };
-        let (tick_poll, wake_poll) = (&mut self.tick_poll, &mut self.wake_poll);
-        let r = q.flush_and_wake_io_tasks(
-            |data, cqe, _last| {
-                if data & UblkUringData::Target as u64 != 0 {
-                    // a poll armed on an earlier login's fds means nothing now
-                    let current = UblkIOCtx::user_data_to_tag(data) as u16 == gen;
-                    match UblkIOCtx::user_data_to_op(data) {
-                        OP_POLL_CQ if current => cq_fired = true,
-                        OP_POLL_CM if current => cm_fired = true,
-                        OP_TICK => *tick_poll = false,
-                        OP_POLL_WAKE => *wake_poll = false,
-                        _ => {}
-                    }
-                } else if cqe.result() == sys::UBLK_IO_RES_OK as i32 {
-                    if !clock_set {
-                        path.set_clock(clock_ms());
-                        clock_set = true;
-                    }
-                    let tag = UblkIOCtx::user_data_to_tag(data) as u16;
-                    start_io(q, path, pending, geo, tag);
-                }
-            },
-            to_wait,
-        );
-        (cq_fired, cm_fired, r)
-    }
-}
-
-/// Sets up this thread's io_uring before libublk would (same sizes, cooperative task running) and
-/// adds IORING_SETUP_TASKRUN_FLAG. With cooperative task running, ublk's new I/O commands and the
-/// PollAdd completions become visible only after the thread enters the kernel; the flag says when such
-/// work is waiting, so a queue spinning on its RDMA CQ needs no syscall per spin.
-fn init_ring(dev: &UblkDev) -> Result<(), libublk::UblkError> {
-    let (sq, cq) = (u32::from(dev.tgt.sq_depth), u32::from(dev.tgt.cq_depth));
-    libublk::io::ublk_init_task_ring(|cell| {
-        if cell.get().is_none() {
-            let ring = io_uring::IoUring::builder()
-                .setup_cqsize(cq)
-                .setup_coop_taskrun()
-                .setup_taskrun_flag()
-                .build(sq)
-                .map_err(libublk::UblkError::IOError)?;
-            cell.set(std::cell::RefCell::new(ring))
-                .map_err(|_| libublk::UblkError::OtherError(-libc::EEXIST))?;
-        }
-        Ok(())
-    })
-}
-
-/// Whether the ring has SQEs to submit, CQEs to reap or task work the kernel runs on the next enter.
-fn ring_needs_enter() -> bool {
-    libublk::io::with_task_io_ring_mut(|r| {
-        let mut sq = r.submission();
-        sq.sync();
-        if !sq.is_empty() || sq.taskrun() || sq.cq_overflow() {
-            return true;
-        }
-        drop(sq);
-        !r.completion().is_empty()
-    })
-}
-
-/// A PollAdd on `fd`; its user data carries the endpoint generation in the tag field.
-fn submit_poll(q: &UblkQueue, fd: i32, op: u32, gen: u16) -> bool {
-    let sqe = io_uring::opcode::PollAdd::new(io_uring::types::Fd(fd), libc::POLLIN as u32)
-        .build()
-        .user_data(UblkIOCtx::build_user_data(gen, op, 0, true));
-    q.ublk_submit_sqe_sync(sqe).is_ok()
-}
-
-/// Cancels the PollAdd `op` of generation `gen` (its fd is about to close).
-fn cancel_poll(q: &UblkQueue, op: u32, gen: u16) {
-    let sqe = io_uring::opcode::AsyncCancel::new(UblkIOCtx::build_user_data(gen, op, 0, true))
-        .build()
-        .user_data(UblkIOCtx::build_user_data(gen, OP_CANCEL, 0, true));
-    let _ = q.ublk_submit_sqe_sync(sqe);
-}
-
-/// Completes a finished command to ublk: a read's or write's byte count, or its errno.
-fn commit(q: &UblkQueue, bufs: &TagBufs, pending: &mut Pending, d: Done) {
-    let tag = d.tag;
-    let t = pending.tags[usize::from(tag)];
-    let res = match d.outcome.bytes(t.len) {
-        Ok(n) => {
-            if t.rw {
-                n as i32
-            } else {
-                0
-            }
-        }
-        Err(errno) => -errno,
-    };
-    let us = t.started.elapsed().as_micros() as u64;
-    pending.io.record(t.kind, t.len, res >= 0, us);
-    let _ = q.complete_io_cmd_unified(
-        tag,
-        BufDesc::Slice(bufs.ios()[usize::from(tag)].as_slice()),
-        Ok(UblkIORes::Result(res)),
-    );
-}
-
-/// Starts ublk command `tag` on the path, or completes it at once with its error.
-fn start_io(
-    q: &UblkQueue,
-    path: &mut Path<Relogin>,
-    pending: &mut Pending,
-    geo: Geometry,
-    tag: u16,
-) {
-    let iod = q.get_iod(tag);
-    let op = iod.op_flags & 0xff;
-    let flags = iod.op_flags;
-    let off = iod.start_sector << 9;
-    let len = iod.nr_sectors << 9;
-    let block_op = match op {
-        sys::UBLK_IO_OP_READ => Some(BlockOp::Read),
-        sys::UBLK_IO_OP_WRITE => Some(BlockOp::Write {
-            fua: flags & sys::UBLK_IO_F_FUA != 0,
-        }),
-        sys::UBLK_IO_OP_FLUSH => Some(BlockOp::Flush),
-        sys::UBLK_IO_OP_DISCARD => Some(BlockOp::Discard),
-        sys::UBLK_IO_OP_WRITE_ZEROES => Some(BlockOp::WriteZeroes {
-            may_unmap: flags & sys::UBLK_IO_F_NOUNMAP == 0,
-        }),
-        _ => None,
-    };
-    let idx = usize::from(tag);
-    pending.tags[idx] = TagIo {
-        len,
-        rw: matches!(block_op, Some(BlockOp::Read | BlockOp::Write { .. })),
-        kind: match block_op {
-            Some(BlockOp::Read) => IoKind::Read,
-            Some(BlockOp::Write { .. }) => IoKind::Write,
-            _ => IoKind::Other,
-        },
-        started: Instant::now(),
-    };
-    let result = match block_op {
-        None => Err(libc::EOPNOTSUPP),
-        Some(bop) => path.submit(tag, bop, off, len, &geo),
-    };
-    if let Err(errno) = result {
-        pending.io.record(pending.tags[idx].kind, len, false, 0);
-        let _ = q.complete_io_cmd_unified(
-            tag,
-            BufDesc::Slice(path.bufs().ios()[idx].as_slice()),
-            Ok(UblkIORes::Result(-errno)),
-        );
     }
 }

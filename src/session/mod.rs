@@ -201,6 +201,9 @@ pub struct Relogin {
     expect: Option<LunIdentity>,
 }
 
+/// A logged-in SRP channel over RDMA: what a session gives each front end queue or connection.
+pub type SrpChannel = Channel<Endpoint>;
+
 /// One CM step of a reconnect attempt at most: shorter than a first login's limit, so that a
 /// channel waiting on a dead fabric still meets its fast_io_fail and dev_loss deadlines between
 /// attempts.

@@ -6,8 +6,7 @@
 //! down can leave soft-RoCE unable to log anyone in (the lab saw every later login time out), which
 //! is why a down queue keeps its old endpoint until the new one is up, as ib_srp does.
 
-use crate::channel::Channel;
-use crate::rdma::Endpoint;
+use crate::session::SrpChannel;
 use crate::session::{Relogin, SessionError, RELOGIN_STEP};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -33,9 +32,9 @@ pub(super) enum PoolError {
 
 /// The export's channels.
 pub struct Pool {
-    free: Mutex<Vec<Channel<Endpoint>>>,
+    free: Mutex<Vec<SrpChannel>>,
     /// Channels lost with their connections, closed after the next login that works.
-    dead: Mutex<Vec<Channel<Endpoint>>>,
+    dead: Mutex<Vec<SrpChannel>>,
     /// Channels that exist: free, or serving a connection.
     live: AtomicUsize,
     max: usize,
@@ -44,7 +43,7 @@ pub struct Pool {
 
 impl Pool {
     /// The channels a session logged in; `relogin` logs replacements in.
-    pub fn new(channels: Vec<Channel<Endpoint>>, relogin: Relogin) -> Pool {
+    pub fn new(channels: Vec<SrpChannel>, relogin: Relogin) -> Pool {
         Pool {
             live: AtomicUsize::new(channels.len()),
             max: channels.len(),
@@ -55,7 +54,7 @@ impl Pool {
     }
 
     /// A free channel, or a new login when fewer than the session's channels are left.
-    pub(super) fn take(&self) -> Result<Channel<Endpoint>, PoolError> {
+    pub(super) fn take(&self) -> Result<SrpChannel, PoolError> {
         if let Some(ch) = self.free.lock().map_err(|_| PoolError::Poisoned)?.pop() {
             return Ok(ch);
         }
@@ -82,7 +81,7 @@ impl Pool {
     }
 
     /// A channel back from its connection, idle and up.
-    pub(super) fn give_back(&self, ch: Channel<Endpoint>) {
+    pub(super) fn give_back(&self, ch: SrpChannel) {
         match self.free.lock() {
             Ok(mut p) => p.push(ch),
             Err(_) => self.lost(ch),
@@ -97,7 +96,7 @@ impl Pool {
 
     /// A channel given up (down, or still busy after its connection ended): a later connection
     /// logs a new one in, and this one is closed after that.
-    pub(super) fn lost(&self, ch: Channel<Endpoint>) {
+    pub(super) fn lost(&self, ch: SrpChannel) {
         self.live.fetch_sub(1, Ordering::AcqRel);
         if let Ok(mut d) = self.dead.lock() {
             d.push(ch);

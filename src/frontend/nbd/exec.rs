@@ -1,0 +1,184 @@
+//! What a connection's requests run on: its SRP path, or a demo backend.
+
+use super::pool::{self, Pool};
+use super::{Export, Source};
+use crate::backend::MemDisk;
+use crate::channel::block::{BlockOp, Geometry};
+use crate::channel::clock_ms;
+use crate::path::{Path, Returned};
+use crate::rdma::TagBufs;
+use crate::session::rport::Rport;
+use crate::session::Relogin;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Executes block operations for one connection: on its SRP path, or on a demo backend.
+// one per connection, created once and never moved on the I/O path: its size does not matter
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Exec {
+    Srp {
+        path: Option<Path<Relogin>>,
+        geo: Geometry,
+        pool: Arc<Pool>,
+    },
+    Demo {
+        disk: Option<Arc<MemDisk>>,
+        bufs: Vec<Vec<u8>>,
+        done: Vec<(u16, Result<(), i32>)>,
+    },
+}
+
+/// How long a connection that ended waits for its commands in flight before its channel is
+/// dropped rather than given back.
+const DRAIN_WAIT: Duration = Duration::from_secs(10);
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        let Exec::Srp { path, pool, .. } = self else {
+            return;
+        };
+        let Some(mut p) = path.take() else {
+            return;
+        };
+        // a client that vanished may leave commands in flight: let them finish (bounded) so the
+        // channel can serve the next connection
+        let deadline = Instant::now() + DRAIN_WAIT;
+        while p.busy() > 0 && p.is_up() && Instant::now() < deadline {
+            if p.service(Instant::now(), &mut |_, _| {}).0 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        match p.into_channel() {
+            Returned::Idle(ch) => pool.give_back(ch),
+            Returned::Lost(ch) => {
+                // stopped (no RDMA into the buffers any more), closed after the next login
+                pool.lost(ch);
+                tracing::warn!(
+                    "an NBD connection's SRP channel is dropped (down or stuck); the next \
+                     connection that needs one logs a new one in"
+                );
+            }
+        }
+    }
+}
+
+impl Exec {
+    pub(super) fn open(ex: &Export) -> Result<Exec, pool::PoolError> {
+        let depth = ex.depth();
+        match &ex.source {
+            Source::Srp {
+                pool,
+                geo,
+                relogin,
+                timers,
+                ..
+            } => {
+                let ch = pool.take()?;
+                let bufs = TagBufs::new(depth, ex.max_io);
+                let name = "NBD connection".to_string();
+                let path = Path::new(ch, relogin.clone(), bufs, Rport::new(*timers), name)
+                    .map_err(|e| {
+                        pool.gone();
+                        pool::PoolError::Register(e)
+                    })?;
+                Ok(Exec::Srp {
+                    path: Some(path),
+                    geo: *geo,
+                    pool: pool.clone(),
+                })
+            }
+            Source::Mem(d) => Ok(Exec::Demo {
+                disk: Some(d.clone()),
+                bufs: vec![vec![0u8; ex.max_io as usize]; usize::from(depth)],
+                done: Vec::new(),
+            }),
+            Source::Null => Ok(Exec::Demo {
+                disk: None,
+                bufs: vec![vec![0u8; ex.max_io as usize]; usize::from(depth)],
+                done: Vec::new(),
+            }),
+        }
+    }
+
+    pub(super) fn buf(&mut self, tag: u16) -> &mut [u8] {
+        match self {
+            Exec::Srp { path: Some(p), .. } => p.buf(tag),
+            Exec::Srp { path: None, .. } => &mut [],
+            Exec::Demo { bufs, .. } => &mut bufs[usize::from(tag)],
+        }
+    }
+
+    pub(super) fn submit(&mut self, tag: u16, op: BlockOp, off: u64, len: u32) -> Result<(), i32> {
+        match self {
+            Exec::Srp {
+                path: Some(p), geo, ..
+            } => {
+                p.set_clock(clock_ms());
+                p.submit(tag, op, off, len, geo)
+            }
+            Exec::Srp { path: None, .. } => Err(libc::EIO),
+            Exec::Demo { disk, bufs, done } => {
+                let b = &mut bufs[usize::from(tag)];
+                if let Some(d) = disk {
+                    match op {
+                        BlockOp::Read => d.read(off, &mut b[..len as usize]),
+                        BlockOp::Write { .. } => d.write(off, &b[..len as usize]),
+                        BlockOp::Discard | BlockOp::WriteZeroes { .. } => d.zero(off, len as usize),
+                        BlockOp::Flush => {}
+                    }
+                } else if op == BlockOp::Read {
+                    b[..len as usize].fill(0);
+                }
+                done.push((tag, Ok(())));
+                Ok(())
+            }
+        }
+    }
+
+    /// Collects finished commands into `out`; returns how many completions were processed. A
+    /// short transfer is an error here: NBD has no way to report one.
+    pub(super) fn poll(&mut self, out: &mut Vec<(u16, Result<(), i32>)>) -> usize {
+        match self {
+            Exec::Srp { path: Some(p), .. } => {
+                p.tick(clock_ms());
+                let (n, _event) = p.service(Instant::now(), &mut |d, _| {
+                    let r = match d.outcome.errno {
+                        0 if d.outcome.resid != 0 => Err(libc::EIO),
+                        0 => Ok(()),
+                        e => Err(e),
+                    };
+                    out.push((d.tag, r));
+                });
+                n
+            }
+            Exec::Srp { path: None, .. } => 0,
+            Exec::Demo { done, .. } => {
+                let n = done.len();
+                out.append(done);
+                n
+            }
+        }
+    }
+
+    pub(super) fn busy(&self) -> bool {
+        match self {
+            Exec::Srp { path: Some(p), .. } => p.busy() > 0,
+            Exec::Srp { path: None, .. } => false,
+            Exec::Demo { done, .. } => !done.is_empty(),
+        }
+    }
+
+    pub(super) fn arm(&mut self) -> Option<RawFd> {
+        match self {
+            Exec::Srp { path: Some(p), .. } => p.arm(),
+            _ => None,
+        }
+    }
+
+    pub(super) fn ack(&mut self) {
+        if let Exec::Srp { path: Some(p), .. } = self {
+            p.ack();
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The fixed-newstyle handshake: options until an export is chosen (EXPORT_NAME, INFO, GO, LIST,
+//! ABORT, STARTTLS, STRUCTURED_REPLY, LIST/SET_META_CONTEXT).
+
+use super::exec::Exec;
+use super::listen::Timed;
+use super::Export;
+use crate::wire::nbd::{self, opt, rep, InfoRequest, MetaContextRequest, OptionHeader};
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+pub(super) fn bad(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+/// Option data above this closes the connection (no option of ours needs more).
+const MAX_OPTION_LEN: u32 = 64 * 1024;
+
+/// What the handshake agreed beyond the export: structured replies, and the base:allocation
+/// context for NBD_CMD_BLOCK_STATUS.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Negotiated {
+    pub(super) structured: bool,
+    pub(super) allocation: bool,
+}
+
+/// NBD_OPT_STRUCTURED_REPLY, LIST_META_CONTEXT and SET_META_CONTEXT.
+fn negotiate(
+    s: &mut Timed,
+    ex: &Export,
+    option: u32,
+    data: &[u8],
+    neg: &mut Negotiated,
+) -> io::Result<()> {
+    let refuse = |s: &mut Timed, kind, msg: &str| {
+        s.write_all(&nbd::option_reply(option, kind, msg.as_bytes()))
+    };
+    if option == opt::STRUCTURED_REPLY {
+        if !data.is_empty() {
+            return refuse(s, rep::ERR_INVALID, "STRUCTURED_REPLY takes no data");
+        }
+        neg.structured = true;
+        return s.write_all(&nbd::option_reply(option, rep::ACK, &[]));
+    }
+    let list = option == opt::LIST_META_CONTEXT;
+    let req = match MetaContextRequest::parse(data) {
+        Ok(r) => r,
+        Err(e) => return refuse(s, rep::ERR_INVALID, &e.to_string()),
+    };
+    if !list && !neg.structured {
+        return refuse(
+            s,
+            rep::ERR_INVALID,
+            "SET_META_CONTEXT needs structured replies first",
+        );
+    }
+    if !(req.name.is_empty() || req.name == ex.name) {
+        return refuse(s, rep::ERR_UNKNOWN, &format!("no export '{}'", req.name));
+    }
+    // LIST without queries lists every context; otherwise each query selects, or not
+    let chosen = (list && req.queries.is_empty())
+        || req
+            .queries
+            .iter()
+            .any(|q| MetaContextRequest::selects_allocation(q, list));
+    if !list {
+        neg.allocation = chosen;
+    }
+    let mut out = Vec::new();
+    if chosen {
+        let mut d = nbd::BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+        d.extend_from_slice(nbd::BASE_ALLOCATION.as_bytes());
+        out.extend(nbd::option_reply(option, rep::META_CONTEXT, &d));
+    }
+    out.extend(nbd::option_reply(option, rep::ACK, &[]));
+    s.write_all(&out)
+}
+
+pub(super) fn handshake(
+    s: &mut Timed,
+    ex: &Export,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> io::Result<Option<(Exec, Negotiated)>> {
+    let mut neg = Negotiated::default();
+    s.write_all(&nbd::server_greeting())?;
+    let mut f = [0u8; 4];
+    s.read_exact(&mut f)?;
+    let cflags = u32::from_be_bytes(f);
+    if cflags & nbd::cflag::FIXED_NEWSTYLE == 0 {
+        return Err(bad("client does not speak fixed newstyle"));
+    }
+    let no_zeroes = cflags & nbd::cflag::NO_ZEROES != 0;
+    loop {
+        let mut h = [0u8; 16];
+        s.read_exact(&mut h)?;
+        let h = OptionHeader::parse(&h).map_err(|e| bad(e.to_string()))?;
+        if h.length > MAX_OPTION_LEN {
+            return Err(bad(format!(
+                "option {} with {} bytes of data",
+                h.option, h.length
+            )));
+        }
+        let mut data = vec![0u8; h.length as usize];
+        s.read_exact(&mut data)?;
+        let name_ok = |n: &str| n.is_empty() || n == ex.name;
+        let tls_required = tls.is_some() && !s.is_tls();
+        match h.option {
+            opt::STARTTLS => match &tls {
+                Some(cfg) if !s.is_tls() && data.is_empty() => {
+                    s.write_all(&nbd::option_reply(h.option, rep::ACK, &[]))?;
+                    s.start_tls(cfg.clone())?;
+                }
+                Some(_) => s.write_all(&nbd::option_reply(
+                    h.option,
+                    rep::ERR_INVALID,
+                    if s.is_tls() {
+                        b"TLS is already on".as_slice()
+                    } else {
+                        b"STARTTLS takes no data".as_slice()
+                    },
+                ))?,
+                None => s.write_all(&nbd::option_reply(
+                    h.option,
+                    rep::ERR_UNSUP,
+                    b"this export is served without TLS",
+                ))?,
+            },
+            opt::EXPORT_NAME if tls_required => {
+                // no reply exists for EXPORT_NAME but the export itself: close
+                return Err(bad("client asked for the export before starting TLS"));
+            }
+            o if tls_required && o != opt::ABORT => s.write_all(&nbd::option_reply(
+                o,
+                rep::ERR_TLS_REQD,
+                b"this server requires TLS: start it with NBD_OPT_STARTTLS",
+            ))?,
+            opt::EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&data).into_owned();
+                if !name_ok(&name) {
+                    return Err(bad(format!("unknown export '{name}'")));
+                }
+                let exec = Exec::open(ex).map_err(|e| bad(e.to_string()))?;
+                let mut reply = Vec::with_capacity(134);
+                reply.extend_from_slice(&ex.size.to_be_bytes());
+                reply.extend_from_slice(&ex.flags().to_be_bytes());
+                if !no_zeroes {
+                    reply.extend_from_slice(&[0u8; 124]);
+                }
+                s.write_all(&reply)?;
+                return Ok(Some((exec, neg)));
+            }
+            opt::INFO | opt::GO => {
+                let req = match InfoRequest::parse(&data) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        s.write_all(&nbd::option_reply(
+                            h.option,
+                            rep::ERR_INVALID,
+                            e.to_string().as_bytes(),
+                        ))?;
+                        continue;
+                    }
+                };
+                if !name_ok(&req.name) {
+                    let msg = format!(
+                        "no export '{}'; this server exports '{}'",
+                        req.name, ex.name
+                    );
+                    s.write_all(&nbd::option_reply(
+                        h.option,
+                        rep::ERR_UNKNOWN,
+                        msg.as_bytes(),
+                    ))?;
+                    continue;
+                }
+                let exec = if h.option == opt::GO {
+                    match Exec::open(ex) {
+                        Ok(e) => Some(e),
+                        Err(msg) => {
+                            tracing::info!("NBD: a client's GO refused: {msg}");
+                            s.write_all(&nbd::option_reply(
+                                h.option,
+                                rep::ERR_POLICY,
+                                msg.to_string().as_bytes(),
+                            ))?;
+                            continue;
+                        }
+                    }
+                } else {
+                    None
+                };
+                let mut out =
+                    nbd::option_reply(h.option, rep::INFO, &nbd::info_export(ex.size, ex.flags()));
+                let pref = 4096u32.max(ex.min_block).min(ex.max_io);
+                out.extend(nbd::option_reply(
+                    h.option,
+                    rep::INFO,
+                    &nbd::info_block_size(ex.min_block, pref, ex.max_io),
+                ));
+                if req.requests.contains(&nbd::info::NAME) {
+                    let mut d = nbd::info::NAME.to_be_bytes().to_vec();
+                    d.extend_from_slice(ex.name.as_bytes());
+                    out.extend(nbd::option_reply(h.option, rep::INFO, &d));
+                }
+                out.extend(nbd::option_reply(h.option, rep::ACK, &[]));
+                s.write_all(&out)?;
+                if let Some(exec) = exec {
+                    return Ok(Some((exec, neg)));
+                }
+            }
+            opt::LIST => {
+                if !data.is_empty() {
+                    s.write_all(&nbd::option_reply(
+                        h.option,
+                        rep::ERR_INVALID,
+                        b"LIST takes no data",
+                    ))?;
+                    continue;
+                }
+                let mut d = (ex.name.len() as u32).to_be_bytes().to_vec();
+                d.extend_from_slice(ex.name.as_bytes());
+                let mut out = nbd::option_reply(h.option, rep::SERVER, &d);
+                out.extend(nbd::option_reply(h.option, rep::ACK, &[]));
+                s.write_all(&out)?;
+            }
+            opt::STRUCTURED_REPLY | opt::LIST_META_CONTEXT | opt::SET_META_CONTEXT => {
+                negotiate(s, ex, h.option, &data, &mut neg)?
+            }
+            opt::ABORT => {
+                let _ = s.write_all(&nbd::option_reply(h.option, rep::ACK, &[]));
+                return Ok(None);
+            }
+            o => s.write_all(&nbd::option_reply(o, rep::ERR_UNSUP, &[]))?,
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! A ublk queue's thread: its io_uring loop over the queue's [`Path`].
+
+use super::{OnRemoved, PollMode, QueueStatus};
+use crate::channel::block::{BlockOp, Geometry};
+use crate::channel::{clock_ms, Done};
+use crate::path::{Event, Path, PathError, SessionLink, DOWN_TICK};
+use crate::rdma::TagBufs;
+use crate::session::rport::Rport;
+use crate::session::Relogin;
+use crate::session::SrpChannel;
+use crate::stats::{IoCounters, IoKind};
+use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
+use libublk::{sys, BufDesc, BufDescList, UblkIORes, UblkUringData};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Empty polls before an adaptive queue sleeps.
+const ADAPTIVE_SPINS: u32 = 2000;
+const OP_POLL_CQ: u32 = 1;
+const OP_POLL_CM: u32 = 2;
+const OP_CANCEL: u32 = 3;
+/// A Timeout SQE that wakes a sleeping queue for its channel's timed work (command timeouts,
+/// delayed retries) while commands are outstanding.
+const OP_TICK: u32 = 4;
+/// A PollAdd on the queue's [`SessionLink`] eventfd: another queue's channel failed.
+const OP_POLL_WAKE: u32 = 5;
+
+/// What a queue thread can fail on before it serves.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum QueueError {
+    /// libublk refused a step.
+    #[error("{what}: {source}")]
+    Ublk {
+        what: &'static str,
+        #[source]
+        source: libublk::UblkError,
+    },
+    /// The path could not be set up.
+    #[error(transparent)]
+    Path(#[from] PathError),
+}
+
+/// What each tag's command is, and the queue's counters (kept here, published by
+/// [`QueueStatus::publish`]).
+struct Pending {
+    tags: Vec<TagIo>,
+    io: IoCounters,
+}
+
+/// A tag's command: its length, whether its result is a byte count, its kind and when it came.
+#[derive(Clone, Copy)]
+struct TagIo {
+    len: u32,
+    rw: bool,
+    kind: IoKind,
+    started: Instant,
+}
+
+/// What a queue does besides its path: the device it belongs to and the polls it has armed on
+/// the path's fds (each tagged with the path's login generation).
+struct Queue<'a> {
+    qid: u16,
+    q: &'a UblkQueue<'a>,
+    geo: Geometry,
+    shared: &'a SessionLink,
+    status: &'a QueueStatus,
+    dev_id: u32,
+    on_removed: Option<OnRemoved>,
+    /// The login generation `cq_poll` and `cm_poll` were armed on.
+    armed_gen: u16,
+    cq_poll: bool,
+    cm_poll: bool,
+    wake_poll: bool,
+    tick_poll: bool,
+    /// The Timeout SQE's duration: read by the kernel when the SQE is submitted.
+    tick_ts: io_uring::types::Timespec,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_queue(
+    qid: u16,
+    dev: &UblkDev,
+    ch: SrpChannel,
+    geo: Geometry,
+    mode: PollMode,
+    relogin: Relogin,
+    rport: Rport,
+    on_removed: Option<OnRemoved>,
+    status: &QueueStatus,
+    shared: &Arc<SessionLink>,
+) -> Result<(), QueueError> {
+    let ublk = |what: &'static str| move |source| QueueError::Ublk { what, source };
+    init_ring(dev).map_err(ublk("setting up the queue's io_uring"))?;
+    let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
+    let depth = q.get_depth() as u16;
+    let bufs = TagBufs::new(depth, dev.dev_info.max_io_buf_bytes);
+    // a channel that starts down (a handover) holds I/O before the first command can arrive; it
+    // logs in from the loop, once the ring has taken the FETCH commands
+    let mut path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
+    path.join(shared.clone(), qid);
+    let mut pending = Pending {
+        tags: vec![
+            TagIo {
+                len: 0,
+                rw: false,
+                kind: IoKind::Other,
+                started: Instant::now(),
+            };
+            usize::from(depth)
+        ],
+        io: IoCounters::default(),
+    };
+    let q = q
+        .submit_fetch_commands_unified(BufDescList::Slices(Some(path.bufs().ios())))
+        .map_err(ublk("submitting FETCH commands"))?;
+    let mut qu = Queue {
+        qid,
+        q: &q,
+        geo,
+        shared,
+        status,
+        dev_id: dev.dev_info.dev_id,
+        on_removed,
+        armed_gen: path.gen(),
+        cq_poll: false,
+        cm_poll: false,
+        wake_poll: false,
+        tick_poll: false,
+        tick_ts: Duration::ZERO.into(),
+    };
+    qu.serve(&mut path, &mut pending, mode);
+    path.close(&mut |d, b| commit(&q, b, &mut pending, d));
+    status.publish(&path, &pending.io);
+    Ok(())
+}
+
+impl Queue<'_> {
+    /// The queue's loop, until the device stops.
+    fn serve(&mut self, path: &mut Path<Relogin>, pending: &mut Pending, mode: PollMode) {
+        let (mut spins, mut loops) = (0u32, 0u32);
+        self.status.publish(path, &pending.io);
+        loop {
+            if !self.wake_poll {
+                let fd = self.shared.wake_fd(self.qid);
+                self.wake_poll = submit_poll(self.q, fd, OP_POLL_WAKE, 0);
+            }
+            loops = loops.wrapping_add(1);
+            let up = path.is_up();
+            path.tick(clock_ms());
+            if let (false, Some(fd)) = (self.cm_poll, path.cm_fd()) {
+                self.cm_poll = submit_poll(self.q, fd, OP_POLL_CM, path.gen());
+            }
+            let busy = path.busy() > 0;
+            let spin = up
+                && match mode {
+                    PollMode::Busy => busy,
+                    PollMode::Adaptive => busy && spins < ADAPTIVE_SPINS,
+                    PollMode::Interrupt => false,
+                };
+            // while down, the loop ticks (DOWN_TICK) instead of sleeping on the ring
+            let mut to_wait = if spin || !up { 0 } else { 1 };
+            if to_wait == 1 || loops % 1024 == 0 {
+                self.status.publish(path, &pending.io);
+            }
+            if to_wait == 1 && self.prepare_sleep(path, pending) {
+                to_wait = 0;
+            }
+            let (cq_fired, cm_fired, r) = self.reap(path, pending, to_wait, up, loops);
+            if cq_fired {
+                self.cq_poll = false;
+                path.ack();
+            }
+            if cm_fired {
+                self.cm_poll = false;
+                path.drain_cm();
+            }
+            if !self.wake_poll {
+                self.shared.ack_wake(self.qid);
+            }
+            let (n, event) =
+                path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
+            self.follow_login(path);
+            spins = if n > 0 || !busy {
+                0
+            } else {
+                spins.saturating_add(1)
+            };
+            if !path.is_up() {
+                self.status.publish(path, &pending.io);
+            }
+            match event {
+                Some(Event::Removed { since }) => {
+                    if let Some(OnRemoved(f)) = &self.on_removed {
+                        f(self.dev_id, since);
+                    }
+                }
+                Some(Event::Lost) => {
+                    tracing::error!("queue {}: removing the device", self.qid);
+                    // the same path as `srp-ublk del`: the daemon's signal thread stops the device
+                    let _ =
+                        nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
+                }
+                None => {}
+            }
+            if !path.is_up() && r.is_ok() {
+                std::thread::sleep(DOWN_TICK);
+            }
+            if r.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The path's login changed (it went down): cancel the polls armed on the old login's fds,
+    /// they would never fire again.
+    fn follow_login(&mut self, path: &Path<Relogin>) {
+        if path.gen() == self.armed_gen {
+            return;
+        }
+        for (armed, op) in [(self.cq_poll, OP_POLL_CQ), (self.cm_poll, OP_POLL_CM)] {
+            if armed {
+                cancel_poll(self.q, op, self.armed_gen);
+            }
+        }
+        (self.cq_poll, self.cm_poll) = (false, false);
+        self.armed_gen = path.gen();
+    }
+
+    /// Arms what wakes a sleeping queue: the completion channel and, while commands are out, a
+    /// timer for the channel's timed work. Returns whether something completed meanwhile.
+    fn prepare_sleep(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) -> bool {
+        if !self.cq_poll {
+            if let Some(fd) = path.arm() {
+                self.cq_poll = submit_poll(self.q, fd, OP_POLL_CQ, path.gen());
+            }
+        }
+        // a completion may have landed before the arm took effect (what else `service` reports
+        // the loop sees on its next pass)
+        let (n, _) = path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
+        self.follow_login(path);
+        if let (false, Some(t)) = (self.tick_poll, path.next_tick_in()) {
+            self.tick_ts = t
+                .clamp(Duration::from_millis(1), Duration::from_secs(1))
+                .into();
+            let sqe = io_uring::opcode::Timeout::new(&self.tick_ts)
+                .build()
+                .user_data(UblkIOCtx::build_user_data(0, OP_TICK, 0, true));
+            self.tick_poll = self.q.ublk_submit_sqe_sync(sqe).is_ok();
+        }
+        n > 0
+    }
+
+    /// Submits and reaps the ring (waiting for `to_wait` completions): starts every new ublk
+    /// command, notes which polls fired. Returns (CQ poll fired, CM poll fired, the ring's result).
+    fn reap(
+        &mut self,
+        path: &mut Path<Relogin>,
+        pending: &mut Pending,
+        to_wait: usize,
+        up: bool,
+        loops: u32,
+    ) -> (bool, bool, Result<i32, libublk::UblkError>) {
+        let (mut cq_fired, mut cm_fired) = (false, false);
+        // commands arriving after a sleep are stamped with the time they arrive
+        let mut clock_set = false;
+        // A spin with nothing to submit, reap or run in the kernel skips io_uring_enter (one in 64
+        // enters anyway, should a kernel not raise the task-run flag).
+        if to_wait == 0 && up && loops % 64 != 0 && !ring_needs_enter() {
+            return (false, false, Ok(0));
+        }
+        let q = self.q;
+        let gen = self.armed_gen;
+        let geo = Geometry {
+            blocks: self.shared.blocks.load(Relaxed),
+            ..self.geo
+        };
+        let (tick_poll, wake_poll) = (&mut self.tick_poll, &mut self.wake_poll);
+        let r = q.flush_and_wake_io_tasks(
+            |data, cqe, _last| {
+                if data & UblkUringData::Target as u64 != 0 {
+                    // a poll armed on an earlier login's fds means nothing now
+                    let current = UblkIOCtx::user_data_to_tag(data) as u16 == gen;
+                    match UblkIOCtx::user_data_to_op(data) {
+                        OP_POLL_CQ if current => cq_fired = true,
+                        OP_POLL_CM if current => cm_fired = true,
+                        OP_TICK => *tick_poll = false,
+                        OP_POLL_WAKE => *wake_poll = false,
+                        _ => {}
+                    }
+                } else if cqe.result() == sys::UBLK_IO_RES_OK as i32 {
+                    if !clock_set {
+                        path.set_clock(clock_ms());
+                        clock_set = true;
+                    }
+                    let tag = UblkIOCtx::user_data_to_tag(data) as u16;
+                    start_io(q, path, pending, geo, tag);
+                }
+            },
+            to_wait,
+        );
+        (cq_fired, cm_fired, r)
+    }
+}
+
+/// Sets up this thread's io_uring before libublk would (same sizes, cooperative task running) and
+/// adds IORING_SETUP_TASKRUN_FLAG. With cooperative task running, ublk's new I/O commands and the
+/// PollAdd completions become visible only after the thread enters the kernel; the flag says when such
+/// work is waiting, so a queue spinning on its RDMA CQ needs no syscall per spin.
+fn init_ring(dev: &UblkDev) -> Result<(), libublk::UblkError> {
+    let (sq, cq) = (u32::from(dev.tgt.sq_depth), u32::from(dev.tgt.cq_depth));
+    libublk::io::ublk_init_task_ring(|cell| {
+        if cell.get().is_none() {
+            let ring = io_uring::IoUring::builder()
+                .setup_cqsize(cq)
+                .setup_coop_taskrun()
+                .setup_taskrun_flag()
+                .build(sq)
+                .map_err(libublk::UblkError::IOError)?;
+            cell.set(std::cell::RefCell::new(ring))
+                .map_err(|_| libublk::UblkError::OtherError(-libc::EEXIST))?;
+        }
+        Ok(())
+    })
+}
+
+/// Whether the ring has SQEs to submit, CQEs to reap or task work the kernel runs on the next enter.
+fn ring_needs_enter() -> bool {
+    libublk::io::with_task_io_ring_mut(|r| {
+        let mut sq = r.submission();
+        sq.sync();
+        if !sq.is_empty() || sq.taskrun() || sq.cq_overflow() {
+            return true;
+        }
+        drop(sq);
+        !r.completion().is_empty()
+    })
+}
+
+/// A PollAdd on `fd`; its user data carries the endpoint generation in the tag field.
+fn submit_poll(q: &UblkQueue, fd: i32, op: u32, gen: u16) -> bool {
+    let sqe = io_uring::opcode::PollAdd::new(io_uring::types::Fd(fd), libc::POLLIN as u32)
+        .build()
+        .user_data(UblkIOCtx::build_user_data(gen, op, 0, true));
+    q.ublk_submit_sqe_sync(sqe).is_ok()
+}
+
+/// Cancels the PollAdd `op` of generation `gen` (its fd is about to close).
+fn cancel_poll(q: &UblkQueue, op: u32, gen: u16) {
+    let sqe = io_uring::opcode::AsyncCancel::new(UblkIOCtx::build_user_data(gen, op, 0, true))
+        .build()
+        .user_data(UblkIOCtx::build_user_data(gen, OP_CANCEL, 0, true));
+    let _ = q.ublk_submit_sqe_sync(sqe);
+}
+
+/// Completes a finished command to ublk: a read's or write's byte count, or its errno.
+fn commit(q: &UblkQueue, bufs: &TagBufs, pending: &mut Pending, d: Done) {
+    let tag = d.tag;
+    let t = pending.tags[usize::from(tag)];
+    let res = match d.outcome.bytes(t.len) {
+        Ok(n) => {
+            if t.rw {
+                n as i32
+            } else {
+                0
+            }
+        }
+        Err(errno) => -errno,
+    };
+    let us = t.started.elapsed().as_micros() as u64;
+    pending.io.record(t.kind, t.len, res >= 0, us);
+    let _ = q.complete_io_cmd_unified(
+        tag,
+        BufDesc::Slice(bufs.ios()[usize::from(tag)].as_slice()),
+        Ok(UblkIORes::Result(res)),
+    );
+}
+
+/// Starts ublk command `tag` on the path, or completes it at once with its error.
+fn start_io(
+    q: &UblkQueue,
+    path: &mut Path<Relogin>,
+    pending: &mut Pending,
+    geo: Geometry,
+    tag: u16,
+) {
+    let iod = q.get_iod(tag);
+    let op = iod.op_flags & 0xff;
+    let flags = iod.op_flags;
+    let off = iod.start_sector << 9;
+    let len = iod.nr_sectors << 9;
+    let block_op = match op {
+        sys::UBLK_IO_OP_READ => Some(BlockOp::Read),
+        sys::UBLK_IO_OP_WRITE => Some(BlockOp::Write {
+            fua: flags & sys::UBLK_IO_F_FUA != 0,
+        }),
+        sys::UBLK_IO_OP_FLUSH => Some(BlockOp::Flush),
+        sys::UBLK_IO_OP_DISCARD => Some(BlockOp::Discard),
+        sys::UBLK_IO_OP_WRITE_ZEROES => Some(BlockOp::WriteZeroes {
+            may_unmap: flags & sys::UBLK_IO_F_NOUNMAP == 0,
+        }),
+        _ => None,
+    };
+    let idx = usize::from(tag);
+    pending.tags[idx] = TagIo {
+        len,
+        rw: matches!(block_op, Some(BlockOp::Read | BlockOp::Write { .. })),
+        kind: match block_op {
+            Some(BlockOp::Read) => IoKind::Read,
+            Some(BlockOp::Write { .. }) => IoKind::Write,
+            _ => IoKind::Other,
+        },
+        started: Instant::now(),
+    };
+    let result = match block_op {
+        None => Err(libc::EOPNOTSUPP),
+        Some(bop) => path.submit(tag, bop, off, len, &geo),
+    };
+    if let Err(errno) = result {
+        pending.io.record(pending.tags[idx].kind, len, false, 0);
+        let _ = q.complete_io_cmd_unified(
+            tag,
+            BufDesc::Slice(path.bufs().ios()[idx].as_slice()),
+            Ok(UblkIORes::Result(-errno)),
+        );
+    }
+}
