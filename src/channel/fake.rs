@@ -36,6 +36,8 @@ pub struct Faults {
     pub drop_next_send_wc: bool,
     /// The local link is down: [`Transport::link_down`] says so.
     pub link_down: bool,
+    /// The RDMA device is being removed: [`Transport::release_if_removed`] releases the login.
+    pub removed: bool,
 }
 
 /// The fake target.
@@ -65,6 +67,8 @@ pub struct FakeTarget {
     held: Vec<Vec<u8>>,
     armed: bool,
     stopped: bool,
+    /// Closed by [`Transport::release_if_removed`].
+    pub released: bool,
 }
 
 const BUF_BASE: u64 = 1 << 40;
@@ -93,6 +97,7 @@ impl FakeTarget {
             held: Vec::new(),
             armed: false,
             stopped: false,
+            released: false,
         }
     }
 
@@ -499,7 +504,16 @@ impl Transport for FakeTarget {
     }
 
     fn is_stopped(&self) -> bool {
-        self.stopped
+        self.stopped || self.released
+    }
+
+    fn release_if_removed(&mut self) -> bool {
+        if !self.faults.removed || self.released {
+            return false;
+        }
+        self.released = true;
+        self.tag_bufs.clear();
+        true
     }
 
     fn link_down(&mut self) -> Option<String> {

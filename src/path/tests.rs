@@ -263,3 +263,24 @@ fn a_path_that_starts_down_holds_io_and_registers_its_buffers_at_its_first_login
         [(0, 0)]
     );
 }
+
+#[test]
+fn device_removal_releases_the_login_at_once_and_says_so() {
+    let c = FakeConnect {
+        refuse: Cell::new(u32::MAX),
+        ..Default::default()
+    };
+    let mut p = path(&c);
+    let t0 = Instant::now();
+    p.ch.transport().faults.hold_rsps = true;
+    read(&mut p, 0, 0);
+    p.ch.transport().faults.removed = true;
+    p.ch.declare_down(DownReason::Transport("device removal".into()));
+    let (done, ev) = service(&mut p, t0);
+    assert!(matches!(ev, Some(Event::Removed { .. })), "{ev:?}");
+    assert!(p.ch.transport().released, "the login is let go of at once");
+    assert!(done.is_empty(), "the read is held: {done:?}");
+    // said once
+    let (_, ev) = service(&mut p, t0 + Duration::from_millis(100));
+    assert_eq!(ev, None);
+}
