@@ -1,0 +1,248 @@
+//! The endpoint as the channel engine's [`Transport`]: posts, polls and the completion channel.
+
+use super::{Endpoint, WR_RECV, WR_SEND};
+use crate::channel::{DataBuf, Transport, TransportError, Wc, WcKind, WcStatus};
+use crate::rdma::TagBufs;
+use rdma_sys::*;
+use std::os::fd::RawFd;
+use std::ptr::null_mut;
+
+pub(super) fn data_access() -> ibv_access_flags {
+    ibv_access_flags(
+        ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0,
+    )
+}
+
+/// The state of a local port from sysfs ("4: ACTIVE"), when the device has one.
+pub(super) fn port_state(device: &str, port: u8) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/infiniband/{device}/ports/{port}/state"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn closed(op: &'static str) -> TransportError {
+    TransportError {
+        op,
+        detail: "the channel is stopped (reconnecting)".into(),
+    }
+}
+
+fn terr(op: &'static str, code: i32) -> TransportError {
+    TransportError {
+        op,
+        detail: std::io::Error::from_raw_os_error(code).to_string(),
+    }
+}
+
+impl Transport for Endpoint {
+    fn send_buf(&mut self, slot: u16) -> &mut [u8] {
+        let r = self.slot_range(slot);
+        &mut self.iu[r]
+    }
+
+    fn post_send(
+        &mut self,
+        slot: u16,
+        len: usize,
+        imm: Option<DataBuf>,
+    ) -> Result<(), TransportError> {
+        if self.closed || self.quiesced {
+            return Err(closed("ibv_post_send"));
+        }
+        if slot >= self.nr_send || len > self.send_size {
+            return Err(TransportError {
+                op: "ibv_post_send",
+                detail: format!("bad slot {slot} / length {len}"),
+            });
+        }
+        let r = self.slot_range(slot);
+        // SAFETY: iu_mr is the valid MR covering `iu`.
+        let lkey = unsafe { (*self.iu_mr).lkey };
+        let mut sge = [
+            ibv_sge {
+                addr: self.iu[r].as_ptr() as u64,
+                length: len as u32,
+                lkey,
+            },
+            ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            },
+        ];
+        let mut n = 1;
+        if let Some(b) = imm {
+            sge[1] = ibv_sge {
+                addr: b.addr,
+                length: b.len,
+                lkey: b.lkey,
+            };
+            n = 2;
+        }
+        // SAFETY: ibv_send_wr is a plain C struct (with unions); all-zero is valid before the fields
+        // a SEND uses are set.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = WR_SEND | u64::from(slot);
+        wr.sg_list = sge.as_mut_ptr();
+        wr.num_sge = n;
+        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let mut bad = null_mut();
+        // SAFETY: the QP is valid; wr and sge live across the call (the provider copies them into
+        // the send queue). The slot's bytes and an immediate data buffer are registered memory that
+        // the engine leaves untouched until this slot's send completion (its tag stays busy).
+        let rc = unsafe { ibv_post_send((*self.id).qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(terr("ibv_post_send", rc));
+        }
+        Ok(())
+    }
+
+    fn recv_buf(&self, idx: u16) -> &[u8] {
+        &self.iu[self.recv_range(idx)]
+    }
+
+    fn post_recv(&mut self, idx: u16) -> Result<(), TransportError> {
+        if self.closed || self.quiesced {
+            return Err(closed("ibv_post_recv"));
+        }
+        if idx >= self.nr_recv {
+            return Err(TransportError {
+                op: "ibv_post_recv",
+                detail: format!("bad index {idx}"),
+            });
+        }
+        let r = self.recv_range(idx);
+        // SAFETY: iu_mr is the valid MR covering `iu`.
+        let lkey = unsafe { (*self.iu_mr).lkey };
+        let mut sge = ibv_sge {
+            addr: self.iu[r].as_ptr() as u64,
+            length: self.recv_size as u32,
+            lkey,
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: WR_RECV | u64::from(idx),
+            next: null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = null_mut();
+        // SAFETY: the QP is valid; the buffer is registered memory the engine does not read again
+        // until its receive completion.
+        let rc = unsafe { ibv_post_recv((*self.id).qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(terr("ibv_post_recv", rc));
+        }
+        Ok(())
+    }
+
+    fn nr_recv(&self) -> u16 {
+        self.nr_recv
+    }
+
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError> {
+        if self.cq.is_null() {
+            return Ok(0);
+        }
+        let want = out.len().min(self.raw_wcs.len()) as i32;
+        // SAFETY: cq is valid; raw_wcs has room for `want` entries.
+        let n = unsafe { ibv_poll_cq(self.cq, want, self.raw_wcs.as_mut_ptr()) };
+        if n < 0 {
+            return Err(terr("ibv_poll_cq", -n));
+        }
+        for (o, w) in out.iter_mut().zip(&self.raw_wcs[..n as usize]) {
+            let kind = if w.wr_id & WR_RECV != 0 {
+                WcKind::Recv
+            } else {
+                WcKind::Send
+            };
+            let status = match w.status {
+                ibv_wc_status::IBV_WC_SUCCESS => WcStatus::Ok,
+                ibv_wc_status::IBV_WC_WR_FLUSH_ERR => WcStatus::Flushed,
+                s => WcStatus::Error(s),
+            };
+            *o = Wc {
+                kind,
+                id: (w.wr_id & 0xffff) as u16,
+                len: w.byte_len,
+                status,
+            };
+        }
+        Ok(n as usize)
+    }
+
+    fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError> {
+        self.register_tag_bufs(bufs).map_err(|e| TransportError {
+            op: "ibv_reg_mr",
+            detail: e.to_string(),
+        })
+    }
+
+    fn forget_bufs(&mut self) {
+        self.forget_tag_bufs();
+    }
+
+    fn stop(&mut self) {
+        self.quiesce();
+    }
+
+    fn is_stopped(&self) -> bool {
+        Endpoint::is_stopped(self)
+    }
+
+    fn release_if_removed(&mut self) -> bool {
+        Endpoint::release_if_removed(self)
+    }
+
+    fn cm_fd(&self) -> Option<RawFd> {
+        Endpoint::cm_fd(self)
+    }
+
+    fn poll_cm(&mut self) -> Option<String> {
+        Endpoint::poll_cm(self)
+    }
+
+    fn link_down(&mut self) -> Option<String> {
+        let state = port_state(&self.device, self.port)?;
+        (!state.contains("ACTIVE"))
+            .then(|| format!("local RDMA port {}/{} is {state}", self.device, self.port))
+    }
+
+    fn arm(&mut self) -> Result<(), TransportError> {
+        if self.closed {
+            return Ok(());
+        }
+        // SAFETY: cq is valid.
+        let rc = unsafe { ibv_req_notify_cq(self.cq, 0) };
+        if rc != 0 {
+            return Err(terr("ibv_req_notify_cq", rc));
+        }
+        Ok(())
+    }
+
+    fn notify_fd(&self) -> Option<RawFd> {
+        if self.comp.is_null() {
+            return None;
+        }
+        // SAFETY: comp is valid until close() nulls it.
+        Some(unsafe { (*self.comp).fd })
+    }
+
+    fn ack_notify(&mut self) -> Result<(), TransportError> {
+        if self.comp.is_null() {
+            return Ok(());
+        }
+        loop {
+            let mut cq = null_mut();
+            let mut ctx = null_mut();
+            // SAFETY: comp is valid and non-blocking; cq/ctx are out-parameters.
+            if unsafe { ibv_get_cq_event(self.comp, &mut cq, &mut ctx) } != 0 {
+                return Ok(());
+            }
+            // SAFETY: the event came from our only CQ; acking each one at once keeps the count even.
+            unsafe { ibv_ack_cq_events(cq, 1) };
+        }
+    }
+}
