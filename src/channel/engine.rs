@@ -75,32 +75,108 @@ impl ReissueLimit {
 }
 
 /// Why a channel stopped carrying I/O.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DownReason {
     /// The target sent SRP_T_LOGOUT.
+    #[error("target logged the channel out ({0:?})")]
     TargetLogout(TLogoutReason),
     /// The target sent an IU that does not decode; the channel must be reset.
-    Malformed(WireError),
-    /// A send or receive failed (QP error, flush after disconnect).
-    Transport(String),
+    #[error("malformed IU from the target: {0}")]
+    Malformed(#[source] WireError),
+    /// Posting or polling failed.
+    #[error("transport failure: {0}")]
+    Transport(#[source] TransportError),
+    /// A work request completed in error (flushed after a disconnect or a QP error, retries
+    /// exceeded, ...).
+    #[error("transport failure: {} completion {status:?}", wc_name(*.kind))]
+    Completion {
+        /// Which queue it came from.
+        kind: WcKind,
+        /// Its status.
+        status: WcStatus,
+    },
+    /// The local port under the channel is down, with commands waiting.
+    #[error("transport failure: {0}")]
+    LinkDown(PortDown),
     /// A command timed out and task management did not recover it (or could not be sent), or
     /// nothing completed for too long with commands outstanding.
-    Timeout(String),
+    #[error(transparent)]
+    Timeout(Timeout),
+    /// The channel never logged in: this process took the device over from one whose RDMA device
+    /// was removed.
+    #[error("RDMA device {device} removed; taken over from the previous image of this daemon")]
+    Handover {
+        /// The RDMA device the previous image used.
+        device: String,
+    },
     /// Another channel of the session failed: every channel reconnects (ib_srp's
     /// srp_reconnect_rport), so a queue idle through a fault does not find a dead channel later.
+    #[error("another channel of the session failed")]
     Session,
 }
 
-impl std::fmt::Display for DownReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DownReason::TargetLogout(r) => write!(f, "target logged the channel out ({r:?})"),
-            DownReason::Malformed(e) => write!(f, "malformed IU from the target: {e}"),
-            DownReason::Transport(e) => write!(f, "transport failure: {e}"),
-            DownReason::Timeout(e) => write!(f, "{e}"),
-            DownReason::Session => write!(f, "another channel of the session failed"),
-        }
+fn wc_name(kind: WcKind) -> &'static str {
+    match kind {
+        WcKind::Send => "send",
+        WcKind::Recv => "receive",
     }
+}
+
+/// A local port that is not active.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("local RDMA port {device}/{port} is {state}")]
+pub struct PortDown {
+    /// The RDMA device.
+    pub device: String,
+    /// Its port.
+    pub port: u8,
+    /// The state sysfs gives ("1: DOWN").
+    pub state: String,
+}
+
+/// How a task management request ended, when it did not complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TmfAnswer {
+    /// No answer within [`TMF_TIMEOUT_MS`].
+    #[error("unanswered")]
+    None,
+    /// Refused with this response code.
+    #[error("refused (response code {0:#x})")]
+    Refused(u8),
+}
+
+/// Which time limit took a channel down.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Timeout {
+    /// The HCA never completed a command's send: the QP is stuck.
+    #[error("command (tag {tag}) not sent by the HCA within {} s", CMD_TIMEOUT_MS / 1000)]
+    NotSent {
+        /// The command's tag.
+        tag: u16,
+    },
+    /// Commands outstanding and no work completion at all for [`STALL_MS`].
+    #[error("no completion for {} s with {outstanding} command(s) outstanding", STALL_MS / 1000)]
+    Stalled {
+        /// Commands outstanding.
+        outstanding: u16,
+    },
+    /// A command timed out and LOGICAL UNIT RESET failed or went unanswered.
+    #[error("a command timed out and LOGICAL UNIT RESET was {answer}")]
+    LunReset {
+        /// What the target answered.
+        answer: TmfAnswer,
+    },
+    /// A command timed out and no slot or credit was left for task management.
+    #[error("a command timed out and {func:?} cannot be sent (req_lim {req_lim})")]
+    TmfUnsendable {
+        /// The request that could not go.
+        func: TskMgmtFunc,
+        /// Credits then.
+        req_lim: i32,
+    },
+    /// A synchronous command ([`Channel::execute`]) got no answer in time.
+    #[error("no response within {0:?}")]
+    NoResponse(std::time::Duration),
 }
 
 /// Counters, for `list` and the benchmarks.
@@ -433,7 +509,7 @@ impl<T: Transport> Channel<T> {
         // keep one credit for task management, as ib_srp does
         if self.req_lim > 1 && self.waiting.is_empty() && self.down.is_none() && !self.paused {
             if let Err(e) = self.send_cmd(tag) {
-                self.set_down(DownReason::Transport(e.to_string()));
+                self.set_down(DownReason::Transport(e));
                 self.tags[usize::from(tag)].state = TagState::Waiting;
                 self.waiting.push_back(tag);
             }
@@ -512,7 +588,7 @@ impl<T: Transport> Channel<T> {
         self.t.send_buf(slot)[..iu.len()].copy_from_slice(iu);
         if let Err(e) = self.t.post_send(slot, iu.len(), None) {
             self.extra_free.push(slot);
-            self.set_down(DownReason::Transport(e.to_string()));
+            self.set_down(DownReason::Transport(e));
             return false;
         }
         true
@@ -547,7 +623,7 @@ impl<T: Transport> Channel<T> {
         let n = match self.t.poll(&mut wcs) {
             Ok(n) => n,
             Err(e) => {
-                self.set_down(DownReason::Transport(e.to_string()));
+                self.set_down(DownReason::Transport(e));
                 0
             }
         };
@@ -574,7 +650,7 @@ impl<T: Transport> Channel<T> {
             };
             if let Err(e) = self.send_cmd(tag) {
                 self.waiting.push_front(tag);
-                self.set_down(DownReason::Transport(e.to_string()));
+                self.set_down(DownReason::Transport(e));
                 break;
             }
         }
@@ -582,10 +658,10 @@ impl<T: Transport> Channel<T> {
 
     fn on_send(&mut self, wc: &Wc, done: &mut dyn FnMut(Done)) {
         if wc.status != WcStatus::Ok {
-            self.set_down(DownReason::Transport(format!(
-                "send completion {:?}",
-                wc.status
-            )));
+            self.set_down(DownReason::Completion {
+                kind: WcKind::Send,
+                status: wc.status,
+            });
         }
         if wc.id >= self.cfg.depth {
             self.extra_free.push(wc.id);
@@ -613,10 +689,10 @@ impl<T: Transport> Channel<T> {
     fn on_recv(&mut self, wc: &Wc, done: &mut dyn FnMut(Done)) {
         if wc.status != WcStatus::Ok {
             // flushed receives after a disconnect are expected; anything else is a failure
-            self.set_down(DownReason::Transport(format!(
-                "receive completion {:?}",
-                wc.status
-            )));
+            self.set_down(DownReason::Completion {
+                kind: WcKind::Recv,
+                status: wc.status,
+            });
             return;
         }
         let buf = self.t.recv_buf(wc.id);
@@ -655,7 +731,7 @@ impl<T: Transport> Channel<T> {
             Err(e) => Recv::Bad(e),
         };
         if let Err(e) = self.t.post_recv(wc.id) {
-            self.set_down(DownReason::Transport(e.to_string()));
+            self.set_down(DownReason::Transport(e));
         }
         match action {
             Recv::Rsp(srp_tag, delta, info) => {

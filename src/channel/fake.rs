@@ -5,7 +5,7 @@
 //! Data buffers are owned by the fake ([`FakeTarget::alloc`]): a descriptor's `key` names the buffer
 //! and `va - addr` is the offset, so no raw memory is touched.
 
-use super::{DataBuf, Transport, TransportError, Wc, WcKind, WcStatus};
+use super::{DataBuf, PortDown, Transport, TransportError, Wc, WcKind, WcStatus};
 use crate::rdma::{Keep, TagBufs};
 use crate::wire::scsi::cdb::op;
 use crate::wire::srp::{
@@ -516,9 +516,11 @@ impl Transport for FakeTarget {
         true
     }
 
-    fn link_down(&mut self) -> Option<String> {
-        self.faults
-            .link_down
-            .then(|| "local RDMA port fake/1 is 1: DOWN".into())
+    fn link_down(&mut self) -> Option<PortDown> {
+        self.faults.link_down.then(|| PortDown {
+            device: "fake".into(),
+            port: 1,
+            state: "1: DOWN".into(),
+        })
     }
 }

@@ -12,8 +12,8 @@ mod engine;
 pub mod fake;
 
 pub use engine::{
-    Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, ReissueLimit,
-    CMD_TIMEOUT_MS, STALL_MS, TMF_TIMEOUT_MS,
+    Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, PortDown, ReissueLimit,
+    Timeout, TmfAnswer, CMD_TIMEOUT_MS, STALL_MS, TMF_TIMEOUT_MS,
 };
 
 use crate::rdma::TagBufs;
@@ -124,7 +124,7 @@ pub trait Transport {
     /// Why the local link cannot carry the channel (its port is down), if it cannot. Asked only when
     /// commands have waited [`engine::LINK_CHECK_MS`] without a completion: a response lost with
     /// the link leaves nothing for the HCA to retry, so no completion would ever say so.
-    fn link_down(&mut self) -> Option<String> {
+    fn link_down(&mut self) -> Option<PortDown> {
         None
     }
     /// Registers `bufs` for the target's RDMA on this login; one descriptor per buffer. The login

@@ -537,11 +537,7 @@ fn handover_source(a: &AddArgs, since_ms: u64) -> anyhow::Result<(UblkSource, De
     };
     let target = TargetSpec::parse(&state.target)?;
     let (queues, depth) = (state.queues.len() as u16, state.depth);
-    let why = format!(
-        "RDMA device {} removed; taken over from the previous image of this daemon",
-        state.rdma_device
-    );
-    let channels = detached_channels(&state.rdma_device, queues, depth, state.lun, &why);
+    let channels = detached_channels(&state.rdma_device, queues, depth, state.lun);
     // the channels log in once the RDMA device is back: to this LUN only
     let relogin = Relogin::new(
         &target,

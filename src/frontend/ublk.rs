@@ -155,12 +155,45 @@ pub struct LiveInfo {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UblkFrontError {
-    /// The device cannot be recovered by this session.
-    #[error("{0}")]
-    Recover(String),
+    /// A handover was asked for without recovery.
+    #[error("a handover takes an existing device over: it needs recovery (-n N --recover)")]
+    HandoverNeedsRecovery,
+    /// The device is not waiting for recovery.
+    #[error(
+        "/dev/ublkb{id} is not waiting for recovery (its daemon is alive, or it was not created \
+         with recovery): nothing to recover"
+    )]
+    NotQuiesced {
+        /// The device id.
+        id: i32,
+    },
+    /// The device has more queues or a deeper queue than this session can serve.
+    #[error(
+        "/dev/ublkb{id} has {queues} queue(s) x depth {depth}, but the target now gives \
+         {have_queues} channel(s) x depth {have_depth}; recovery needs at least as much (check the \
+         target's credits and ch_count), or delete the device and add it again"
+    )]
+    RecoverShape {
+        /// The device id.
+        id: i32,
+        /// The device's queues and depth.
+        queues: u16,
+        /// The device's queue depth.
+        depth: u16,
+        /// The channels this session has.
+        have_queues: u16,
+        /// Their depth.
+        have_depth: u16,
+    },
     /// Setting up the queues' shared state failed.
-    #[error("{0}")]
-    Setup(String),
+    #[error("{what}: {source}")]
+    Setup {
+        /// The step.
+        what: &'static str,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// libublk or the driver refused.
     #[error("{what}: {source}")]
     Ublk {
@@ -293,12 +326,7 @@ pub fn serve(
             let (geo, max_io) = (h.geometry, h.max_io);
             (h.channels, h.relogin, h.depth, max_io, None, geo, at)
         }
-        UblkSource::Handover(_) => {
-            return Err(UblkFrontError::Recover(
-                "a handover takes an existing device over: it needs recovery (-n N --recover)"
-                    .into(),
-            ))
-        }
+        UblkSource::Handover(_) => return Err(UblkFrontError::HandoverNeedsRecovery),
         UblkSource::Demo {
             size,
             disk,
@@ -330,10 +358,13 @@ pub fn serve(
     let on_removed = opts.on_removed.clone();
     let cpus = opts.cpus.clone();
     let status2 = status.clone();
-    let shared = Arc::new(
-        SessionLink::new(nr_queues, geo.blocks)
-            .map_err(|e| UblkFrontError::Setup(format!("creating the queues' eventfds: {e}")))?,
-    );
+    let shared =
+        Arc::new(
+            SessionLink::new(nr_queues, geo.blocks).map_err(|e| UblkFrontError::Setup {
+                what: "creating the queues' eventfds",
+                source: e.into(),
+            })?,
+        );
     opts.capacity.bytes.store(size, Relaxed);
     let watch = CapacityWatch {
         dev_id: ctrl.dev_info().dev_id,
@@ -348,7 +379,10 @@ pub fn serve(
     std::thread::Builder::new()
         .name("capacity".into())
         .spawn(move || watch.run(&stop2))
-        .map_err(|e| UblkFrontError::Setup(format!("starting the capacity watch: {e}")))?;
+        .map_err(|source| UblkFrontError::Setup {
+            what: "starting the capacity watch",
+            source,
+        })?;
     let q_fn = move |qid: u16, dev: &UblkDev| {
         let ch = channels
             .lock()
@@ -463,18 +497,16 @@ fn recover_ctrl(id: i32, queues: u16, depth: u16, max_io: u32) -> Result<UblkCtr
     };
     let info = old.dev_info();
     if u32::from(info.state) != sys::UBLK_S_DEV_QUIESCED {
-        return Err(UblkFrontError::Recover(format!(
-            "/dev/ublkb{id} is not waiting for recovery (its daemon is alive, or it was not \
-             created with recovery): nothing to recover"
-        )));
+        return Err(UblkFrontError::NotQuiesced { id });
     }
     if info.nr_hw_queues != queues || info.queue_depth > depth {
-        return Err(UblkFrontError::Recover(format!(
-            "/dev/ublkb{id} has {} queue(s) x depth {}, but the target now gives {queues} channel(s) \
-             x depth {depth}; recovery needs at least as much (check the target's credits and \
-             ch_count), or delete the device and add it again",
-            info.nr_hw_queues, info.queue_depth
-        )));
+        return Err(UblkFrontError::RecoverShape {
+            id,
+            queues: info.nr_hw_queues,
+            depth: info.queue_depth,
+            have_queues: queues,
+            have_depth: depth,
+        });
     }
     old.start_user_recover()
         .map_err(|e| ublk("starting user recovery", e))?;

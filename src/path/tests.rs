@@ -247,7 +247,9 @@ fn a_siblings_failure_takes_the_path_down_and_both_reconnect() {
 fn a_path_that_starts_down_holds_io_and_registers_its_buffers_at_its_first_login() {
     let c = FakeConnect::default();
     let mut ch = channel();
-    ch.declare_down(DownReason::Transport("the RDMA device went away".into()));
+    ch.declare_down(DownReason::Handover {
+        device: "rxe0".into(),
+    });
     ch.transport().stop();
     let at = Instant::now();
     let rport = Rport::down_since(TIMERS, at);
@@ -275,7 +277,10 @@ fn device_removal_releases_the_login_at_once_and_says_so() {
     p.ch.transport().faults.hold_rsps = true;
     read(&mut p, 0, 0);
     p.ch.transport().faults.removed = true;
-    p.ch.declare_down(DownReason::Transport("device removal".into()));
+    p.ch.declare_down(DownReason::Completion {
+        kind: crate::channel::WcKind::Recv,
+        status: crate::channel::WcStatus::Flushed,
+    });
     let (done, ev) = service(&mut p, t0);
     assert!(matches!(ev, Some(Event::Removed { .. })), "{ev:?}");
     assert!(p.ch.transport().released, "the login is let go of at once");

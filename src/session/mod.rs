@@ -437,7 +437,6 @@ pub fn detached_channels(
     queues: u16,
     depth: u16,
     lun: u64,
-    why: &str,
 ) -> Vec<Channel<Endpoint>> {
     (0..queues)
         .map(|_| {
@@ -451,7 +450,9 @@ pub fn detached_channels(
                 max_retries: 5,
             };
             let mut ch = Channel::new(Endpoint::detached(device), cfg);
-            ch.declare_down(crate::channel::DownReason::Transport(why.to_string()));
+            ch.declare_down(crate::channel::DownReason::Handover {
+                device: device.to_string(),
+            });
             ch
         })
         .collect()

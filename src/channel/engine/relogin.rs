@@ -147,7 +147,7 @@ impl<T: Transport> Channel<T> {
             }
             self.tick(crate::channel::clock_ms());
             if start.elapsed() > timeout {
-                let d = DownReason::Transport(format!("no response within {timeout:?}"));
+                let d = DownReason::Timeout(Timeout::NoResponse(timeout));
                 self.set_down(d.clone());
                 self.fail_all(errno::EIO, &mut |_| {});
                 return Err(SubmitError::Down(d));

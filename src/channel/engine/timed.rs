@@ -29,16 +29,14 @@ impl<T: Transport> Channel<T> {
         }
         let quiet = now_ms.saturating_sub(self.last_wc);
         if self.down.is_none() && quiet >= LINK_CHECK_MS {
-            if let Some(why) = self.t.link_down() {
-                self.set_down(DownReason::Transport(why));
+            if let Some(port) = self.t.link_down() {
+                self.set_down(DownReason::LinkDown(port));
             }
         }
         if self.down.is_none() && quiet >= STALL_MS {
-            self.set_down(DownReason::Timeout(format!(
-                "no completion for {} s with {} command(s) outstanding",
-                STALL_MS / 1000,
-                self.busy
-            )));
+            self.set_down(DownReason::Timeout(Timeout::Stalled {
+                outstanding: self.busy,
+            }));
         }
     }
 
@@ -66,7 +64,7 @@ impl<T: Transport> Channel<T> {
     fn check_timeouts(&mut self) {
         if let Some(t) = self.tmf {
             if self.now.saturating_sub(t.sent) >= TMF_TIMEOUT_MS {
-                self.escalate(t, "unanswered");
+                self.escalate(t, TmfAnswer::None);
             }
             return;
         }
@@ -95,10 +93,7 @@ impl<T: Transport> Channel<T> {
             }
         ) {
             // the HCA never finished sending it: the QP is stuck, only a reconnect frees the slot
-            self.set_down(DownReason::Timeout(format!(
-                "command (tag {tag}) not sent by the HCA within {} s",
-                CMD_TIMEOUT_MS / 1000
-            )));
+            self.set_down(DownReason::Timeout(Timeout::NotSent { tag }));
             return;
         }
         tracing::warn!(
@@ -109,17 +104,15 @@ impl<T: Transport> Channel<T> {
     }
 
     /// ABORT TASK failed or went unanswered: LOGICAL UNIT RESET; that failed too: down.
-    fn escalate(&mut self, t: Tmf, why: &str) {
+    fn escalate(&mut self, t: Tmf, answer: TmfAnswer) {
         self.tmf = None;
         self.paused = false;
         match t.func {
             TskMgmtFunc::AbortTask => {
-                tracing::warn!("ABORT TASK {why}: LOGICAL UNIT RESET");
+                tracing::warn!("ABORT TASK {answer}: LOGICAL UNIT RESET");
                 self.send_tmf(TskMgmtFunc::LunReset, None);
             }
-            _ => self.set_down(DownReason::Timeout(format!(
-                "a command timed out and LOGICAL UNIT RESET was {why}"
-            ))),
+            _ => self.set_down(DownReason::Timeout(Timeout::LunReset { answer })),
         }
     }
 
@@ -131,10 +124,10 @@ impl<T: Transport> Channel<T> {
                 if let Some(s) = other {
                     self.extra_free.push(s);
                 }
-                self.set_down(DownReason::Timeout(format!(
-                    "a command timed out and {func:?} cannot be sent (req_lim {})",
-                    self.req_lim
-                )));
+                self.set_down(DownReason::Timeout(Timeout::TmfUnsendable {
+                    func,
+                    req_lim: self.req_lim,
+                }));
                 return;
             }
         };
@@ -171,11 +164,8 @@ impl<T: Transport> Channel<T> {
         };
         let ok = info.tmf_code.unwrap_or(info.status) == TSK_MGMT_COMPLETE;
         if !ok {
-            let why = format!(
-                "refused (response code {:#x})",
-                info.tmf_code.unwrap_or(0xff)
-            );
-            return self.escalate(t, &why);
+            let code = info.tmf_code.unwrap_or(0xff);
+            return self.escalate(t, TmfAnswer::Refused(code));
         }
         self.tmf = None;
         self.paused = false;

@@ -1,7 +1,7 @@
 //! The endpoint as the channel engine's [`Transport`]: posts, polls and the completion channel.
 
 use super::{Endpoint, WR_RECV, WR_SEND};
-use crate::channel::{DataBuf, Transport, TransportError, Wc, WcKind, WcStatus};
+use crate::channel::{DataBuf, PortDown, Transport, TransportError, Wc, WcKind, WcStatus};
 use crate::rdma::TagBufs;
 use rdma_sys::*;
 use std::os::fd::RawFd;
@@ -204,10 +204,13 @@ impl Transport for Endpoint {
         Endpoint::poll_cm(self)
     }
 
-    fn link_down(&mut self) -> Option<String> {
+    fn link_down(&mut self) -> Option<PortDown> {
         let state = port_state(&self.device, self.port)?;
-        (!state.contains("ACTIVE"))
-            .then(|| format!("local RDMA port {}/{} is {state}", self.device, self.port))
+        (!state.contains("ACTIVE")).then(|| PortDown {
+            device: self.device.clone(),
+            port: self.port,
+            state,
+        })
     }
 
     fn arm(&mut self) -> Result<(), TransportError> {
