@@ -211,174 +211,274 @@ fn error_reply(out: &mut Vec<u8>, neg: Negotiated, read: bool, e: u32, cookie: u
     }
 }
 
-fn transmission(mut s: Stream, ex: &Export, mut exec: Exec, neg: Negotiated) -> io::Result<()> {
+fn transmission(s: Stream, ex: &Export, exec: Exec, neg: Negotiated) -> io::Result<()> {
     s.set_nonblocking(true)?;
     let depth = ex.depth();
-    let mut free: Vec<u16> = (0..depth).rev().collect();
-    let mut tags = vec![TagReq::default(); usize::from(depth)];
     let cap = 2 * (nbd::REQUEST_LEN + ex.max_io as usize);
-    let mut rbuf = vec![0u8; cap];
-    let (mut rpos, mut rlen) = (0usize, 0usize);
-    let mut skip = 0u64;
-    let mut out: Vec<u8> = Vec::with_capacity(1 << 20);
-    let mut opos = 0usize;
-    let mut done = Vec::with_capacity(usize::from(depth));
-    let (mut disc, mut eof) = (false, false);
-    let mut spins = 0u32;
-    loop {
-        let mut progress = false;
-        // read what the socket has, while there is room to act on it
-        if !disc && !eof && !free.is_empty() && out.len() - opos < (8 << 20) {
-            if rpos > 0 && rlen > cap / 2 {
-                rbuf.copy_within(rpos..rlen, 0);
-                rlen -= rpos;
-                rpos = 0;
+    Conn {
+        s,
+        ex,
+        exec,
+        neg,
+        free: (0..depth).rev().collect(),
+        tags: vec![TagReq::default(); usize::from(depth)],
+        rbuf: vec![0u8; cap],
+        rpos: 0,
+        rlen: 0,
+        skip: 0,
+        out: Vec::with_capacity(1 << 20),
+        opos: 0,
+        done: Vec::with_capacity(usize::from(depth)),
+        disc: false,
+        eof: false,
+    }
+    .run()
+}
+
+/// Replies waiting to be written past this stop the reading of requests.
+const OUT_MAX: usize = 8 << 20;
+
+/// One connection in transmission: requests read from the socket into `rbuf`, sent on `exec`
+/// under a free tag, and answered in `out` as they complete (out of order).
+struct Conn<'a> {
+    s: Stream,
+    ex: &'a Export,
+    exec: Exec,
+    neg: Negotiated,
+    free: Vec<u16>,
+    tags: Vec<TagReq>,
+    rbuf: Vec<u8>,
+    rpos: usize,
+    rlen: usize,
+    /// Payload bytes of a refused write still to skip.
+    skip: u64,
+    out: Vec<u8>,
+    opos: usize,
+    done: Vec<(u16, Result<(), i32>)>,
+    /// The client sent NBD_CMD_DISC.
+    disc: bool,
+    /// The client closed its side.
+    eof: bool,
+}
+
+/// What a request gets before any command is sent for it.
+enum Admit {
+    /// NBD_CMD_DISC.
+    Disconnect,
+    /// Answered at once with this error (0: success), its payload skipped.
+    Reply(u32),
+    /// NBD_CMD_BLOCK_STATUS answered with one extent.
+    BlockStatus,
+    /// Sent on the channel.
+    Run,
+}
+
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+impl Conn<'_> {
+    fn run(mut self) -> io::Result<()> {
+        let mut spins = 0u32;
+        loop {
+            let mut progress = self.fill()?;
+            progress |= self.dispatch()?;
+            progress |= self.complete();
+            progress |= self.send()?;
+            // TLS records of what was written, as far as the socket takes them
+            let tls_left = self.s.flush_pending()?;
+            let idle = self.free.len() == self.tags.len();
+            if (self.disc || self.eof) && idle && self.out.is_empty() && !tls_left {
+                return Ok(());
             }
-            if rlen < cap {
-                match s.read(&mut rbuf[rlen..]) {
-                    Ok(0) => eof = true,
-                    Ok(n) => {
-                        rlen += n;
-                        progress = true;
-                    }
-                    Err(e)
-                        if e.kind() == io::ErrorKind::WouldBlock
-                            || e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
+            if progress {
+                spins = 0;
+                continue;
             }
+            // nothing to do right now: spin a little while commands are in flight, then sleep
+            if self.exec.busy() && spins < SPINS {
+                spins += 1;
+                continue;
+            }
+            self.wait(tls_left);
         }
-        // parse and dispatch complete requests
-        while !disc {
-            if skip > 0 {
-                let n = skip.min((rlen - rpos) as u64) as usize;
-                rpos += n;
-                skip -= n as u64;
-                if skip > 0 {
+    }
+
+    /// Reads what the socket has, while there is room to act on it.
+    fn fill(&mut self) -> io::Result<bool> {
+        if self.disc || self.eof || self.free.is_empty() || self.out.len() - self.opos >= OUT_MAX {
+            return Ok(false);
+        }
+        let cap = self.rbuf.len();
+        if self.rpos > 0 && self.rlen > cap / 2 {
+            self.rbuf.copy_within(self.rpos..self.rlen, 0);
+            self.rlen -= self.rpos;
+            self.rpos = 0;
+        }
+        if self.rlen == cap {
+            return Ok(false);
+        }
+        match self.s.read(&mut self.rbuf[self.rlen..]) {
+            Ok(0) => self.eof = true,
+            Ok(n) => {
+                self.rlen += n;
+                return Ok(true);
+            }
+            Err(e) if would_block(&e) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(false)
+    }
+
+    /// Parses and dispatches every complete request.
+    fn dispatch(&mut self) -> io::Result<bool> {
+        let mut progress = false;
+        while !self.disc {
+            if self.skip > 0 {
+                let n = self.skip.min((self.rlen - self.rpos) as u64) as usize;
+                self.rpos += n;
+                self.skip -= n as u64;
+                if self.skip > 0 {
                     break;
                 }
             }
-            if rlen - rpos < nbd::REQUEST_LEN {
+            if self.rlen - self.rpos < nbd::REQUEST_LEN {
                 break;
             }
-            let req = Request::parse(&rbuf[rpos..rlen]).map_err(|e| bad(e.to_string()))?;
+            let req =
+                Request::parse(&self.rbuf[self.rpos..self.rlen]).map_err(|e| bad(e.to_string()))?;
             let body = if req.kind == cmd::WRITE {
                 req.length as usize
             } else {
                 0
             };
-            let reply_err = |out: &mut Vec<u8>, e: u32| {
-                error_reply(out, neg, req.kind == cmd::READ, e, req.cookie)
-            };
-            let end = req.offset.checked_add(u64::from(req.length));
-            let in_range = end.is_some_and(|e| e <= ex.size);
-            let sized = req.length <= ex.max_io;
-            match req.kind {
-                cmd::DISC => {
-                    rpos += nbd::REQUEST_LEN;
-                    disc = true;
-                    break;
+            match self.admit(&req) {
+                Admit::Disconnect => {
+                    self.rpos += nbd::REQUEST_LEN;
+                    self.disc = true;
                 }
-                cmd::CACHE => {
-                    rpos += nbd::REQUEST_LEN;
-                    reply_err(&mut out, if in_range { 0 } else { err::EINVAL });
-                    continue;
+                Admit::Reply(e) => {
+                    self.rpos += nbd::REQUEST_LEN;
+                    self.skip = body as u64;
+                    error_reply(
+                        &mut self.out,
+                        self.neg,
+                        req.kind == cmd::READ,
+                        e,
+                        req.cookie,
+                    );
                 }
-                cmd::BLOCK_STATUS => {
-                    // base:allocation: every block is data. A LUN's provisioning is not asked
-                    // (GET LBA STATUS), and a hole reported wrongly would make a client skip data
-                    rpos += nbd::REQUEST_LEN;
-                    if neg.allocation && in_range && req.length > 0 {
-                        out.extend_from_slice(&nbd::block_status_chunk(
-                            req.cookie,
-                            nbd::BASE_ALLOCATION_ID,
-                            req.length,
-                            0,
-                        ));
-                    } else {
-                        reply_err(&mut out, err::EINVAL);
+                Admit::BlockStatus => {
+                    self.rpos += nbd::REQUEST_LEN;
+                    let id = nbd::BASE_ALLOCATION_ID;
+                    let chunk = nbd::block_status_chunk(req.cookie, id, req.length, 0);
+                    self.out.extend_from_slice(&chunk);
+                }
+                Admit::Run => {
+                    if self.rlen - self.rpos < nbd::REQUEST_LEN + body {
+                        break; // the write's payload is not all here yet
                     }
-                    continue;
-                }
-                cmd::READ | cmd::WRITE | cmd::FLUSH | cmd::TRIM | cmd::WRITE_ZEROES => {}
-                _ => {
-                    rpos += nbd::REQUEST_LEN;
-                    reply_err(&mut out, err::EINVAL);
-                    continue;
+                    let Some(tag) = self.free.pop() else { break };
+                    self.start(tag, &req, body);
+                    progress = true;
                 }
             }
-            let rejected = match req.kind {
-                _ if !in_range && req.kind != cmd::FLUSH => Some(if req.kind == cmd::READ {
+        }
+        Ok(progress)
+    }
+
+    /// What `req` gets: an answer of its own, a refusal, or a command.
+    fn admit(&self, req: &Request) -> Admit {
+        let (ex, neg) = (self.ex, self.neg);
+        let end = req.offset.checked_add(u64::from(req.length));
+        let in_range = end.is_some_and(|e| e <= ex.size);
+        match req.kind {
+            cmd::DISC => return Admit::Disconnect,
+            cmd::CACHE => return Admit::Reply(if in_range { 0 } else { err::EINVAL }),
+            // base:allocation: every block is data. A LUN's provisioning is not asked (GET LBA
+            // STATUS), and a hole reported wrongly would make a client skip data
+            cmd::BLOCK_STATUS if neg.allocation && in_range && req.length > 0 => {
+                return Admit::BlockStatus
+            }
+            cmd::READ | cmd::WRITE | cmd::FLUSH | cmd::TRIM | cmd::WRITE_ZEROES => {}
+            _ => return Admit::Reply(err::EINVAL),
+        }
+        let fast_zero = req.flags & cmdflag::FAST_ZERO != 0;
+        let refused = match req.kind {
+            _ if !in_range && req.kind != cmd::FLUSH => {
+                if req.kind == cmd::READ {
                     err::EINVAL
                 } else {
                     err::ENOSPC
-                }),
-                cmd::READ | cmd::WRITE if !sized => Some(err::EINVAL),
-                cmd::WRITE | cmd::TRIM | cmd::WRITE_ZEROES if ex.read_only => Some(err::EPERM),
-                cmd::TRIM if !ex.trim => Some(err::EINVAL),
-                cmd::WRITE_ZEROES
-                    if req.flags & cmdflag::FAST_ZERO != 0
-                        && (!ex.fast_zero || req.flags & cmdflag::NO_HOLE != 0) =>
-                {
-                    Some(err::ENOTSUP)
                 }
-                _ => None,
-            };
-            if let Some(e) = rejected {
-                rpos += nbd::REQUEST_LEN;
-                skip = body as u64;
-                reply_err(&mut out, e);
-                continue;
             }
-            if rlen - rpos < nbd::REQUEST_LEN + body {
-                break; // the write's payload is not all here yet
+            cmd::READ | cmd::WRITE if req.length > ex.max_io => err::EINVAL,
+            cmd::WRITE | cmd::TRIM | cmd::WRITE_ZEROES if ex.read_only => err::EPERM,
+            cmd::TRIM if !ex.trim => err::EINVAL,
+            cmd::WRITE_ZEROES
+                if fast_zero && (!ex.fast_zero || req.flags & cmdflag::NO_HOLE != 0) =>
+            {
+                err::ENOTSUP
             }
-            let Some(tag) = free.pop() else { break };
-            rpos += nbd::REQUEST_LEN;
-            if body > 0 {
-                exec.buf(tag)[..body].copy_from_slice(&rbuf[rpos..rpos + body]);
-                rpos += body;
-            }
-            let fua = req.flags & cmdflag::FUA != 0;
-            let op = match req.kind {
-                cmd::READ => BlockOp::Read,
-                cmd::WRITE => BlockOp::Write { fua },
-                cmd::FLUSH => BlockOp::Flush,
-                cmd::TRIM => BlockOp::Discard,
-                _ => BlockOp::WriteZeroes {
-                    may_unmap: req.flags & cmdflag::NO_HOLE == 0,
-                },
-            };
-            progress = true;
-            if op == BlockOp::Flush && !ex.cache.flushes() {
-                // no volatile cache: every write already completed is durable
-                free.push(tag);
-                reply_err(&mut out, 0);
-                continue;
-            }
-            let (op, len, next) = step(ex, op, req.offset, u64::from(req.length), fua);
-            tags[usize::from(tag)] = TagReq {
-                cookie: req.cookie,
-                read: req.kind == cmd::READ,
-                off: req.offset,
-                len: req.length,
-                next,
-            };
-            if let Err(e) = exec.submit(tag, op, req.offset, len) {
-                free.push(tag);
-                reply_err(&mut out, err::from_errno(e));
-            }
+            // no volatile cache: every write already completed is durable
+            cmd::FLUSH if !ex.cache.flushes() => 0,
+            _ => return Admit::Run,
+        };
+        Admit::Reply(refused)
+    }
+
+    /// Sends request `req` (its `body` bytes of payload in `rbuf`) on tag `tag`.
+    fn start(&mut self, tag: u16, req: &Request, body: usize) {
+        self.rpos += nbd::REQUEST_LEN;
+        if body > 0 {
+            let payload = &self.rbuf[self.rpos..self.rpos + body];
+            self.exec.buf(tag)[..body].copy_from_slice(payload);
+            self.rpos += body;
         }
-        // completions become replies
-        if exec.poll(&mut done) > 0 {
-            progress = true;
+        let fua = req.flags & cmdflag::FUA != 0;
+        let op = match req.kind {
+            cmd::READ => BlockOp::Read,
+            cmd::WRITE => BlockOp::Write { fua },
+            cmd::FLUSH => BlockOp::Flush,
+            cmd::TRIM => BlockOp::Discard,
+            _ => BlockOp::WriteZeroes {
+                may_unmap: req.flags & cmdflag::NO_HOLE == 0,
+            },
+        };
+        let (op, len, next) = step(self.ex, op, req.offset, u64::from(req.length), fua);
+        self.tags[usize::from(tag)] = TagReq {
+            cookie: req.cookie,
+            read: req.kind == cmd::READ,
+            off: req.offset,
+            len: req.length,
+            next,
+        };
+        if let Err(e) = self.exec.submit(tag, op, req.offset, len) {
+            self.free.push(tag);
+            let read = req.kind == cmd::READ;
+            error_reply(
+                &mut self.out,
+                self.neg,
+                read,
+                err::from_errno(e),
+                req.cookie,
+            );
         }
+    }
+
+    /// Turns completions into replies, or into a request's next command.
+    fn complete(&mut self) -> bool {
+        let progress = self.exec.poll(&mut self.done) > 0;
+        let mut done = std::mem::take(&mut self.done);
         for (tag, r) in done.drain(..) {
-            let t = tags[usize::from(tag)];
+            let t = self.tags[usize::from(tag)];
             let r = match (r, t.next) {
                 (Ok(()), Next::Sync) => {
-                    tags[usize::from(tag)].next = Next::Reply;
-                    exec.submit(tag, BlockOp::Flush, 0, 0).map(|()| true)
+                    self.tags[usize::from(tag)].next = Next::Reply;
+                    self.exec.submit(tag, BlockOp::Flush, 0, 0).map(|()| true)
                 }
                 (
                     Ok(()),
@@ -389,93 +489,91 @@ fn transmission(mut s: Stream, ex: &Export, mut exec: Exec, neg: Negotiated) -> 
                         sync,
                     },
                 ) => {
-                    let (op, len, next) = step(ex, op, off, left, sync);
-                    tags[usize::from(tag)].next = next;
-                    exec.submit(tag, op, off, len).map(|()| true)
+                    let (op, len, next) = step(self.ex, op, off, left, sync);
+                    self.tags[usize::from(tag)].next = next;
+                    self.exec.submit(tag, op, off, len).map(|()| true)
                 }
                 (r, _) => r.map(|()| false),
             };
-            let r = match r {
-                Ok(true) => continue, // the request's next command is out
-                Ok(false) => Ok(()),
-                Err(e) => Err(e),
-            };
             match r {
-                Ok(()) if t.read && neg.structured => {
-                    out.extend_from_slice(&nbd::chunk_header(
-                        nbd::chunk::FLAG_DONE,
-                        nbd::chunk::OFFSET_DATA,
-                        t.cookie,
-                        8 + t.len,
-                    ));
-                    out.extend_from_slice(&t.off.to_be_bytes());
-                    out.extend_from_slice(&exec.buf(tag)[..t.len as usize]);
-                }
-                Ok(()) => {
-                    out.extend_from_slice(&nbd::simple_reply(0, t.cookie));
-                    if t.read {
-                        out.extend_from_slice(&exec.buf(tag)[..t.len as usize]);
-                    }
-                }
-                Err(e) => error_reply(&mut out, neg, t.read, err::from_errno(e), t.cookie),
+                Ok(true) => continue, // the request's next command is out
+                Ok(false) => self.reply(tag, t),
+                Err(e) => error_reply(
+                    &mut self.out,
+                    self.neg,
+                    t.read,
+                    err::from_errno(e),
+                    t.cookie,
+                ),
             }
-            free.push(tag);
+            self.free.push(tag);
         }
-        // write replies
-        while opos < out.len() {
-            match s.write(&out[opos..]) {
+        self.done = done;
+        progress
+    }
+
+    /// The reply to a request that succeeded (with a read's data).
+    fn reply(&mut self, tag: u16, t: TagReq) {
+        if t.read && self.neg.structured {
+            self.out.extend_from_slice(&nbd::chunk_header(
+                nbd::chunk::FLAG_DONE,
+                nbd::chunk::OFFSET_DATA,
+                t.cookie,
+                8 + t.len,
+            ));
+            self.out.extend_from_slice(&t.off.to_be_bytes());
+        } else {
+            self.out.extend_from_slice(&nbd::simple_reply(0, t.cookie));
+        }
+        if t.read {
+            self.out
+                .extend_from_slice(&self.exec.buf(tag)[..t.len as usize]);
+        }
+    }
+
+    /// Writes replies as far as the socket takes them.
+    fn send(&mut self) -> io::Result<bool> {
+        let mut progress = false;
+        while self.opos < self.out.len() {
+            match self.s.write(&self.out[self.opos..]) {
                 Ok(0) => return Err(bad("client closed while receiving replies")),
                 Ok(n) => {
-                    opos += n;
+                    self.opos += n;
                     progress = true;
                 }
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::Interrupted =>
-                {
-                    break
-                }
+                Err(e) if would_block(&e) => break,
                 Err(e) => return Err(e),
             }
         }
-        if opos == out.len() {
-            out.clear();
-            opos = 0;
+        if self.opos == self.out.len() {
+            self.out.clear();
+            self.opos = 0;
         }
-        // TLS records of what was written, as far as the socket takes them
-        let tls_left = s.flush_pending()?;
-        let idle = free.len() == usize::from(depth);
-        if (disc || eof) && idle && out.is_empty() && !tls_left {
-            return Ok(());
-        }
-        if progress {
-            spins = 0;
-            continue;
-        }
-        // nothing to do right now: spin a little while commands are in flight, then sleep
-        if exec.busy() && spins < SPINS {
-            spins += 1;
-            continue;
-        }
-        let want_read = !disc && !eof && !free.is_empty();
-        if want_read && s.buffered() {
-            continue; // TLS holds decrypted requests: the socket need not be readable
+        Ok(progress)
+    }
+
+    /// Sleeps until the socket or the channel has something (at most 100 ms: the path's timers).
+    fn wait(&mut self, tls_left: bool) {
+        let want_read = !self.disc && !self.eof && !self.free.is_empty();
+        if want_read && self.s.buffered() {
+            return; // TLS holds decrypted requests: the socket need not be readable
         }
         let mut ev = 0;
         if want_read {
             ev |= libc::POLLIN;
         }
-        if !out.is_empty() || tls_left {
+        if !self.out.is_empty() || tls_left {
             ev |= libc::POLLOUT;
         }
-        let cq = if exec.busy() { exec.arm() } else { None };
+        let busy = self.exec.busy();
+        let cq = if busy { self.exec.arm() } else { None };
         // re-poll after arming so a completion that raced the arm is not slept through
-        if exec.busy() && exec.poll(&mut done) > 0 {
-            continue;
+        if busy && self.exec.poll(&mut self.done) > 0 {
+            return;
         }
-        let (_, cq_ready) = crate::rdma::poll_two(s.as_raw_fd(), ev, cq, 100);
+        let (_, cq_ready) = crate::rdma::poll_two(self.s.as_raw_fd(), ev, cq, 100);
         if cq_ready {
-            exec.ack();
+            self.exec.ack();
         }
     }
 }
