@@ -240,10 +240,17 @@ impl Endpoint {
     }
 
     fn open(&mut self, p: &ConnectParams) -> Result<(), RdmaError> {
-        let dest = self.dest;
         let plan = LoginPlan::for_route(&p.target.transport);
-        let tmo = p.timeout;
-        let tmo_ms = tmo.as_millis().min(i32::MAX as u128) as i32;
+        self.create_id(&plan)?;
+        let (ctx, port) = self.resolve(&plan, p.timeout)?;
+        self.note_port(ctx, port)?;
+        self.create_queues(ctx, p)?;
+        self.post_ius(p)?;
+        self.log_in(p, &plan)
+    }
+
+    /// The CM event channel (non-blocking) and id.
+    fn create_id(&mut self, plan: &LoginPlan) -> Result<(), RdmaError> {
         // SAFETY: plain constructor; null is checked.
         self.ec = unsafe { rdma_create_event_channel() };
         if self.ec.is_null() {
@@ -266,8 +273,18 @@ impl Endpoint {
             return Err(RdmaError::os("rdma_create_id"));
         }
         self.id = id;
+        Ok(())
+    }
 
-        self.resolve_addr(&plan, tmo)?;
+    /// Resolves the address and route; returns the device context and port the route chose.
+    fn resolve(
+        &mut self,
+        plan: &LoginPlan,
+        tmo: Duration,
+    ) -> Result<(*mut ibv_context, u8), RdmaError> {
+        let dest = self.dest;
+        let tmo_ms = tmo.as_millis().min(i32::MAX as u128) as i32;
+        self.resolve_addr(plan, tmo)?;
         // SAFETY: id is valid and its address is resolved.
         if unsafe { rdma_resolve_route(self.id, tmo_ms) } != 0 {
             return Err(RdmaError::Unreachable {
@@ -290,6 +307,13 @@ impl Endpoint {
                 detail: "no RDMA device on the route".into(),
             });
         }
+        Ok((ctx, port))
+    }
+
+    /// Notes the device and port the route chose (for messages, removal and link checks) and its
+    /// GUID (the initiator port id); a port that is down fails the login at once.
+    fn note_port(&mut self, ctx: *mut ibv_context, port: u8) -> Result<(), RdmaError> {
+        let dest = self.dest;
         // SAFETY: ctx is a valid device context whose device's dev_path is a NUL-terminated array.
         self.dev_path = unsafe {
             let p = std::ffi::CStr::from_ptr((*(*ctx).device).dev_path.as_ptr());
@@ -328,6 +352,11 @@ impl Endpoint {
         self.port_guid = u64::from_be_bytes(raw[8..16].try_into().expect("8 bytes"));
         self.port = port;
 
+        Ok(())
+    }
+
+    /// The PD, completion channel (non-blocking), CQ and RC QP on the route's device.
+    fn create_queues(&mut self, ctx: *mut ibv_context, p: &ConnectParams) -> Result<(), RdmaError> {
         // SAFETY: ctx is valid.
         self.pd = unsafe { ibv_alloc_pd(ctx) };
         if self.pd.is_null() {
@@ -362,6 +391,12 @@ impl Endpoint {
         }
         self.qp_created = true;
 
+        Ok(())
+    }
+
+    /// The IU region and the scratch buffer, registered, with every receive posted (before the
+    /// connect: the target may send as soon as it accepts).
+    fn post_ius(&mut self, p: &ConnectParams) -> Result<(), RdmaError> {
         self.send_size = p.send_size as usize;
         self.nr_send = p.send_slots;
         self.recv_size = p.recv_size as usize;
@@ -383,6 +418,12 @@ impl Endpoint {
             })?;
         }
 
+        Ok(())
+    }
+
+    /// Sends the SRP_LOGIN_REQ as the CM's private data and reads the answer.
+    fn log_in(&mut self, p: &ConnectParams, plan: &LoginPlan) -> Result<(), RdmaError> {
+        let (dest, tmo) = (self.dest, p.timeout);
         let login = LoginReq {
             tag: 0,
             req_it_iu_len: p.req_it_iu_len,
