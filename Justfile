@@ -79,6 +79,7 @@ fuzz-setup: deps
 
 # benchmarks: `just bench` (= `just bench lab`: srp-ublk against the kernel's ib_srp in one lab boot, with
 # perftest's fabric limit and the poll modes; writes docs/bench/latest.json and the docs/performance.md table),
+# `just bench counters` (paired rounds srp-ublk / ib_srp with system calls, context switches and CPU per I/O),
 # `just bench nbd` (NBD front end vs nbdkit and qemu-nbd on the host), `just bench hotpath` (the channel
 # engine's instructions per 4 KiB read under callgrind, and ns per I/O)
 bench WHAT="lab": build
@@ -86,6 +87,7 @@ bench WHAT="lab": build
     set -euo pipefail
     case "{{WHAT}}" in
         lab) bash tests/lab/bench/run.sh;;
+        counters) bash tests/lab/bench/run.sh counters;;
         nbd) bash benches/nbd.sh;;
         hotpath)
             cargo build --release --locked --example hotpath
@@ -94,7 +96,7 @@ bench WHAT="lab": build
             a=$(ir 100000); b=$(ir 200000)
             echo "instructions per 4 KiB read (initiator side): $(( (b - a) / 100000 ))  [callgrind, (200k - 100k I/Os) / 100k]"
             target/release/examples/hotpath 2000000;;
-        *) echo "just bench: unknown benchmark '{{WHAT}}' (have: lab, nbd, hotpath)" >&2; exit 2;;
+        *) echo "just bench: unknown benchmark '{{WHAT}}' (have: lab, counters, nbd, hotpath)" >&2; exit 2;;
     esac
 
 # criterion benchmarks of the wire codecs

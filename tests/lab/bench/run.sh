@@ -4,6 +4,8 @@
 # and the table in docs/performance.md. Knobs: BENCH_ROUNDS, BENCH_SECS, BENCH_QUEUES, BENCH_DEPTH,
 # BENCH_CASES, BENCH_MODES (see guest.sh); BENCH_NO_DOCS=1 leaves docs/ alone.
 set -euo pipefail
+# `run.sh counters`: the paired-round counters (counters.sh, counters.py) instead of the full bench
+WHAT=${1:-lab}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 command -v python3 >/dev/null || { echo "bench: python3 is needed for the report (apt-get install python3)" >&2; exit 2; }
@@ -15,11 +17,18 @@ trap 'rm -f "$job"' EXIT
     for v in BENCH_ROUNDS BENCH_SECS BENCH_QUEUES BENCH_DEPTH BENCH_CASES BENCH_MODES; do
         [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
     done
-    cat "$HERE/guest.sh"
+    if [ "$WHAT" = counters ]; then cat "$HERE/counters.sh"; else cat "$HERE/guest.sh"; fi
 } > "$job"
 t0=$SECONDS
 LAB_TIMEOUT=${LAB_TIMEOUT:-2400} bash "$ROOT/tests/lab/lab.sh" run "$job"
 mkdir -p "$ROOT/target/bench"
+if [ "$WHAT" = counters ]; then
+    raw=$ROOT/target/bench/counters-$stamp
+    cp -r "$ROOT/target/lab/out/counters" "$raw"
+    python3 "$HERE/counters.py" "$raw" "$raw.json"
+    echo "bench counters: $((SECONDS - t0)) s; summary $raw.json; raw results $raw/"
+    exit 0
+fi
 raw=$ROOT/target/bench/lab-$stamp
 cp -r "$ROOT/target/lab/out/bench" "$raw"
 cmd="just bench"

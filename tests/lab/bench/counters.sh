@@ -1,0 +1,70 @@
+#!/bin/sh
+# The lab half of `just bench counters`: srp-ublk and the kernel's ib_srp on the same LIO LUN in one
+# boot, in paired rounds (each round runs both, alternating which goes first), with the counters that
+# move less than time does: system calls, context switches and CPU time of srp-ublk's daemon (perf stat
+# on its pid) and the whole guest's CPU time (/proc/stat) per I/O. Raw files go to $LAB_OUT/counters/;
+# tests/lab/bench/counters.py makes the table (per-round ratios, their median and range).
+#
+# Knobs (the host prepends them): BENCH_ROUNDS (5), BENCH_SECS (10, after 1 s ramp), BENCH_QUEUES (2),
+# BENCH_DEPTH (64), BENCH_CASES.
+set -u
+ROUNDS=${BENCH_ROUNDS:-5}
+SECS=${BENCH_SECS:-10}
+QUEUES=${BENCH_QUEUES:-2}
+DEPTH=${BENCH_DEPTH:-64}
+OUT=$LAB_OUT/counters
+rm -rf "$OUT"; mkdir -p "$OUT"
+# name rw bs iodepth numjobs
+CASES=${BENCH_CASES:-"randread-4k-qd1:randread:4k:1:1 randwrite-4k-qd1:randwrite:4k:1:1
+randread-4k-qd32:randread:4k:32:1 randwrite-4k-qd32:randwrite:4k:32:1"}
+
+die() { echo "counters: error: $*"; srp-ublk del --all >/dev/null 2>&1; lab-ref-detach >/dev/null 2>&1; exit 1; }
+cpu() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+
+# run CASE INITIATOR ROUND DEV [PID]: one fio run, perf stat on PID (srp-ublk's daemon) alongside;
+# writes CASE.INITIATOR.ROUND.{json,cpu,perf}
+run() {
+    _name=${1%%:*}; _rest=${1#*:}
+    _rw=$(echo "$_rest" | cut -d: -f1); _bs=$(echo "$_rest" | cut -d: -f2)
+    _qd=$(echo "$_rest" | cut -d: -f3); _nj=$(echo "$_rest" | cut -d: -f4)
+    _f=$OUT/$_name.$2.$3
+    _pp=
+    if [ -n "${5:-}" ]; then
+        # counts the whole run, ramp included; fio's I/O count below includes the ramp too
+        perf stat -x, -e raw_syscalls:sys_enter,context-switches,task-clock -p "$5" -o "$_f.perf" &
+        _pp=$!
+        sleep 0.2
+    fi
+    _c0=$(cpu)
+    fio --name="$_name" --filename="$4" --ioengine=libaio --direct=1 --rw="$_rw" --bs="$_bs" \
+        --iodepth="$_qd" --numjobs="$_nj" --group_reporting --runtime="$SECS" --time_based \
+        --size=192m --offset_increment=32m --randrepeat=0 --norandommap --eta=never \
+        --output-format=json --output="$_f.json" || die "fio $_name on $2 ($4) failed"
+    _c1=$(cpu)
+    if [ -n "$_pp" ]; then kill -INT "$_pp"; wait "$_pp"; fi
+    echo "$_c0 $_c1" > "$_f.cpu"
+    echo "counters: $_name $2 round $3: $(grep -o '"iops" : [0-9.]*' "$_f.json" | head -2 | tr '\n' ' ')"
+}
+
+echo "counters: $(uname -r), $(nproc) vCPUs, rounds=$ROUNDS secs=$SECS queues=$QUEUES depth=$DEPTH"
+{ echo "kernel=$(uname -r)"; echo "rounds=$ROUNDS"; echo "secs=$SECS"; echo "queues=$QUEUES";
+  echo "depth=$DEPTH"; echo "vcpus=$(nproc)"; echo "version=$(srp-ublk --version)"; } > "$OUT/meta"
+dev=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH") || die "srp-ublk add failed"
+sd=$(lab-ref-attach "ch_count=$QUEUES,queue_size=$((DEPTH + 1))") || die "lab-ref-attach failed"
+pid=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${dev#/dev/}.json" | grep -o '[0-9]*$')
+[ -n "$pid" ] || die "no daemon pid in /run/srp-ublk/${dev#/dev/}.json"
+echo "counters: srp-ublk $dev (daemon $pid), ib_srp $sd"
+for r in $(seq "$ROUNDS"); do
+    for c in $CASES; do
+        if [ $((r % 2)) = 1 ]; then
+            run "$c" srp_ublk "$r" "$dev" "$pid"
+            run "$c" ib_srp "$r" "$sd"
+        else
+            run "$c" ib_srp "$r" "$sd"
+            run "$c" srp_ublk "$r" "$dev" "$pid"
+        fi
+    done
+done
+srp-ublk del --all >/dev/null || die "srp-ublk del failed"
+lab-ref-detach >/dev/null
+echo "counters: done; raw results in $OUT"
