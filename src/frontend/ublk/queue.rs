@@ -271,10 +271,7 @@ impl Queue<'_> {
         }
         let q = self.q;
         let gen = self.armed_gen;
-        let geo = Geometry {
-            blocks: self.shared.blocks.load(Relaxed),
-            ..self.geo
-        };
+        let (shared, geo) = (self.shared, self.geo);
         let (tick_poll, wake_poll) = (&mut self.tick_poll, &mut self.wake_poll);
         let r = q.flush_and_wake_io_tasks(
             |data, cqe, _last| {
@@ -294,6 +291,11 @@ impl Queue<'_> {
                         clock_set = true;
                     }
                     let tag = UblkIOCtx::user_data_to_tag(data) as u16;
+                    // the bound as it is now: a resize may have moved it while the queue slept
+                    let geo = Geometry {
+                        blocks: shared.blocks.load(Relaxed),
+                        ..geo
+                    };
                     start_io(q, path, pending, geo, tag);
                 }
             },
