@@ -603,6 +603,7 @@ impl<T: Transport> Channel<T> {
     /// Sends SRP_I_LOGOUT (the target may ignore it; LIO does). Costs no credit.
     pub fn send_i_logout(&mut self) {
         self.send_small(TagOnly::i_logout(0).encode());
+        self.flush();
     }
 
     fn set_down(&mut self, reason: DownReason) {
@@ -640,7 +641,17 @@ impl<T: Transport> Channel<T> {
         if self.down.is_none() {
             self.drain_waiting();
         }
+        self.flush();
         n
+    }
+
+    /// Posts what this pass queued (commands, CRED/AER answers, task management) as one chain:
+    /// the front end calls it after a batch of [`Channel::submit`]s; the channel's own passes
+    /// ([`Channel::process`], [`Channel::tick`], a reconnect's re-issue) call it themselves.
+    pub fn flush(&mut self) {
+        if let Err(e) = self.t.flush_sends() {
+            self.set_down(DownReason::Transport(e));
+        }
     }
 
     fn drain_waiting(&mut self) {

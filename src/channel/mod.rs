@@ -99,14 +99,21 @@ pub struct TransportError {
 pub trait Transport {
     /// Send slot `slot`'s buffer, where an IU is encoded before [`Transport::post_send`].
     fn send_buf(&mut self, slot: u16) -> &mut [u8];
-    /// Posts the first `len` bytes of send slot `slot` as one SEND; with `imm`, that buffer's bytes
-    /// follow as a second gather entry (immediate data). The slot stays busy until its completion.
+    /// Queues the first `len` bytes of send slot `slot` as one SEND (posted by
+    /// [`Transport::flush_sends`], or at once by a transport without a chain); with `imm`, that
+    /// buffer's bytes follow as a second gather entry (immediate data). The slot stays busy until
+    /// its completion.
     fn post_send(
         &mut self,
         slot: u16,
         len: usize,
         imm: Option<DataBuf>,
     ) -> Result<(), TransportError>;
+    /// Posts the SENDs [`Transport::post_send`] queued, as one chain (one doorbell). A transport
+    /// that posts at once has nothing to do.
+    fn flush_sends(&mut self) -> Result<(), TransportError> {
+        Ok(())
+    }
     /// Receive buffer `idx` (valid between its completion and the next [`Transport::post_recv`]).
     fn recv_buf(&self, idx: u16) -> &[u8];
     /// (Re)posts receive buffer `idx`.

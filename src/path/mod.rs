@@ -216,8 +216,9 @@ impl<C: Connect> Path<C> {
         self.ch.next_tick_in().map(Duration::from_millis)
     }
 
-    /// Sends block operation `op` on tag `tag` (its buffer holds a write's data); an error is the
-    /// errno to complete it with.
+    /// Queues block operation `op` on tag `tag` (its buffer holds a write's data; it is posted with
+    /// the others of this pass by the next [`Path::service`]); an error is the errno to complete
+    /// it with.
     pub fn submit(
         &mut self,
         tag: u16,
@@ -266,6 +267,8 @@ impl<C: Connect> Path<C> {
         now: Instant,
         done: &mut dyn FnMut(Done, &TagBufs),
     ) -> (usize, Option<Event>) {
+        // what the front end submitted since the last pass goes as one chain
+        self.ch.flush();
         let n = self.complete(done);
         if let Some(m) = &mut self.session {
             let epoch = m.link.epoch();

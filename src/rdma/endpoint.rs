@@ -147,6 +147,8 @@ pub struct Endpoint {
     recv_size: usize,
     nr_recv: u16,
     raw_wcs: Vec<ibv_wc>,
+    /// SENDs queued for one post (see [`Transport::flush_sends`]).
+    chain: Vec<transport::Queued>,
     qp_created: bool,
     connected: bool,
     quiesced: bool,
@@ -186,6 +188,7 @@ impl Endpoint {
             recv_size: 0,
             nr_recv: 0,
             raw_wcs: Vec::new(),
+            chain: Vec::new(),
             qp_created: false,
             connected: false,
             quiesced: false,
@@ -411,6 +414,7 @@ impl Endpoint {
         self.scratch_mr = self.reg(scratch_ptr, SCRATCH_BYTES, data_access())?;
         // SAFETY: ibv_wc is a plain C struct; all-zero values are valid placeholders.
         self.raw_wcs = (0..32).map(|_| unsafe { std::mem::zeroed() }).collect();
+        self.chain = Vec::with_capacity(usize::from(self.nr_send));
         for idx in 0..self.nr_recv {
             self.post_recv(idx).map_err(|e| RdmaError::Os {
                 op: "ibv_post_recv",
@@ -629,6 +633,7 @@ impl Endpoint {
     /// so commands can be re-issued elsewhere or failed. The CM disconnect waits for [`Endpoint::close`]
     /// (or the drop): sent while the fabric is down, CM messages can wedge the port's CM (rxe).
     pub fn quiesce(&mut self) {
+        self.chain.clear();
         if !self.qp_created || self.quiesced {
             return;
         }

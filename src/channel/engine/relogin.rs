@@ -104,6 +104,7 @@ impl<T: Transport> Channel<T> {
             );
         }
         self.drain_waiting();
+        self.flush();
         failed.len()
     }
 
@@ -130,6 +131,7 @@ impl<T: Transport> Channel<T> {
     ) -> Result<CmdOutcome, SubmitError> {
         self.set_clock(crate::channel::clock_ms());
         self.submit(tag, cmd)?;
+        self.flush();
         let start = std::time::Instant::now();
         let mut out = None;
         while out.is_none() {

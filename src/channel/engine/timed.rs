@@ -27,6 +27,7 @@ impl<T: Transport> Channel<T> {
         if self.down.is_none() {
             self.check_timeouts();
         }
+        self.flush();
         let quiet = now_ms.saturating_sub(self.last_wc);
         if self.down.is_none() && quiet >= LINK_CHECK_MS {
             if let Some(port) = self.t.link_down() {

@@ -7,6 +7,13 @@ use rdma_sys::*;
 use std::os::fd::RawFd;
 use std::ptr::null_mut;
 
+/// A SEND queued for the next [`Transport::flush_sends`]: its work request and gather list (linked
+/// when the chain is posted).
+pub(super) struct Queued {
+    wr: ibv_send_wr,
+    sge: [ibv_sge; 2],
+}
+
 pub(super) fn data_access() -> ibv_access_flags {
     ibv_access_flags(
         ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
@@ -85,15 +92,48 @@ impl Transport for Endpoint {
         // a SEND uses are set.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = WR_SEND | u64::from(slot);
-        wr.sg_list = sge.as_mut_ptr();
         wr.num_sge = n;
         wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
         wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        // posted with the others of this pass by `flush_sends`: one doorbell (on rxe one system
+        // call) for every command a loop pass sends
+        self.chain.push(Queued { wr, sge });
+        if self.chain.len() >= usize::from(self.nr_send) {
+            return self.flush_sends();
+        }
+        Ok(())
+    }
+
+    fn flush_sends(&mut self) -> Result<(), TransportError> {
+        if self.chain.is_empty() {
+            return Ok(());
+        }
+        if self.closed || self.quiesced {
+            self.chain.clear();
+            return Err(closed("ibv_post_send"));
+        }
+        let n = self.chain.len();
+        let base = self.chain.as_mut_ptr();
+        for i in 0..n {
+            // SAFETY: i < n = len: each pointer is to an element of `chain`, which is not resized
+            // until the post below has returned.
+            unsafe {
+                let q = base.add(i);
+                (*q).wr.sg_list = (*q).sge.as_mut_ptr();
+                (*q).wr.next = if i + 1 < n {
+                    &mut (*base.add(i + 1)).wr
+                } else {
+                    null_mut()
+                };
+            }
+        }
         let mut bad = null_mut();
-        // SAFETY: the QP is valid; wr and sge live across the call (the provider copies them into
-        // the send queue). The slot's bytes and an immediate data buffer are registered memory that
-        // the engine leaves untouched until this slot's send completion (its tag stays busy).
-        let rc = unsafe { ibv_post_send((*self.id).qp, &mut wr, &mut bad) };
+        // SAFETY: the QP is valid; the linked work requests and their gather lists live in `chain`
+        // across the call (the provider copies them into the send queue). The slots' bytes and any
+        // immediate data buffers are registered memory the engine leaves untouched until each
+        // slot's send completion (its tag stays busy).
+        let rc = unsafe { ibv_post_send((*self.id).qp, &mut (*base).wr, &mut bad) };
+        self.chain.clear();
         if rc != 0 {
             return Err(terr("ibv_post_send", rc));
         }
