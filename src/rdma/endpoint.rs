@@ -134,11 +134,7 @@ pub struct Endpoint {
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
     comp: *mut ibv_comp_channel,
-    /// The receive CQ, on the completion channel: the one a sleeping queue is woken by.
     cq: *mut ibv_cq,
-    /// The send CQ, never armed: polled with the receive CQ on every pass (as ib_srp polls its
-    /// send CQ directly), so a SEND's completion costs no wake-up.
-    send_cq: *mut ibv_cq,
     iu_mr: *mut ibv_mr,
     scratch_mr: *mut ibv_mr,
     data_mrs: Vec<*mut ibv_mr>,
@@ -181,7 +177,6 @@ impl Endpoint {
             pd: null_mut(),
             comp: null_mut(),
             cq: null_mut(),
-            send_cq: null_mut(),
             iu_mr: null_mut(),
             scratch_mr: null_mut(),
             data_mrs: Vec::new(),
@@ -377,20 +372,15 @@ impl Endpoint {
         }
         // SAFETY: comp is valid.
         set_nonblocking(unsafe { (*self.comp).fd })?;
-        let (send_cqe, recv_cqe) = (i32::from(p.send_slots), i32::from(p.nr_recv));
+        let cqe = i32::from(p.send_slots) + i32::from(p.nr_recv);
         // SAFETY: ctx and comp are valid; cq_context is unused (null).
-        self.cq = unsafe { ibv_create_cq(ctx, recv_cqe, null_mut(), self.comp, p.comp_vector) };
+        self.cq = unsafe { ibv_create_cq(ctx, cqe, null_mut(), self.comp, p.comp_vector) };
         if self.cq.is_null() {
-            return Err(RdmaError::os("ibv_create_cq"));
-        }
-        // SAFETY: ctx is valid; no completion channel (this CQ is only polled).
-        self.send_cq = unsafe { ibv_create_cq(ctx, send_cqe, null_mut(), null_mut(), 0) };
-        if self.send_cq.is_null() {
             return Err(RdmaError::os("ibv_create_cq"));
         }
         // SAFETY: ibv_qp_init_attr is a plain C struct; all-zero is a valid starting value.
         let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        attr.send_cq = self.send_cq;
+        attr.send_cq = self.cq;
         attr.recv_cq = self.cq;
         attr.cap.max_send_wr = u32::from(p.send_slots);
         attr.cap.max_recv_wr = u32::from(p.nr_recv);
@@ -710,15 +700,10 @@ impl Endpoint {
         // no registration covers the tag buffers any more: their owner may free them
         self.kept.clear();
         if !self.cq.is_null() {
-            while self.take_cq_event() {}
+            let _ = self.ack_notify();
             // SAFETY: cq is valid, its QP is destroyed and every event is acked.
             unsafe { ibv_destroy_cq(self.cq) };
             self.cq = null_mut();
-        }
-        if !self.send_cq.is_null() {
-            // SAFETY: send_cq is valid and its QP is destroyed; it has no completion channel.
-            unsafe { ibv_destroy_cq(self.send_cq) };
-            self.send_cq = null_mut();
         }
         if !self.comp.is_null() {
             // SAFETY: comp is valid and no CQ uses it any more.

@@ -43,24 +43,6 @@ fn terr(op: &'static str, code: i32) -> TransportError {
     }
 }
 
-impl Endpoint {
-    /// Reads and acks one completion event; returns whether there was one.
-    pub(super) fn take_cq_event(&mut self) -> bool {
-        if self.comp.is_null() {
-            return false;
-        }
-        let mut cq = null_mut();
-        let mut ctx = null_mut();
-        // SAFETY: comp is valid and non-blocking; cq/ctx are out-parameters.
-        if unsafe { ibv_get_cq_event(self.comp, &mut cq, &mut ctx) } != 0 {
-            return false;
-        }
-        // SAFETY: the event came from our receive CQ; acked at once, the count stays even.
-        unsafe { ibv_ack_cq_events(cq, 1) };
-        true
-    }
-}
-
 impl Transport for Endpoint {
     fn send_buf(&mut self, slot: u16) -> &mut [u8] {
         let r = self.slot_range(slot);
@@ -201,21 +183,16 @@ impl Transport for Endpoint {
     }
 
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError> {
-        let want = out.len().min(self.raw_wcs.len());
-        let mut n = 0usize;
-        for cq in [self.send_cq, self.cq] {
-            if cq.is_null() || n == want {
-                continue;
-            }
-            // SAFETY: cq is valid; raw_wcs has room for `want - n` entries from index n.
-            let got =
-                unsafe { ibv_poll_cq(cq, (want - n) as i32, self.raw_wcs.as_mut_ptr().add(n)) };
-            if got < 0 {
-                return Err(terr("ibv_poll_cq", -got));
-            }
-            n += got as usize;
+        if self.cq.is_null() {
+            return Ok(0);
         }
-        for (o, w) in out.iter_mut().zip(&self.raw_wcs[..n]) {
+        let want = out.len().min(self.raw_wcs.len()) as i32;
+        // SAFETY: cq is valid; raw_wcs has room for `want` entries.
+        let n = unsafe { ibv_poll_cq(self.cq, want, self.raw_wcs.as_mut_ptr()) };
+        if n < 0 {
+            return Err(terr("ibv_poll_cq", -n));
+        }
+        for (o, w) in out.iter_mut().zip(&self.raw_wcs[..n as usize]) {
             let kind = if w.wr_id & WR_RECV != 0 {
                 WcKind::Recv
             } else {
@@ -233,7 +210,7 @@ impl Transport for Endpoint {
                 status,
             };
         }
-        Ok(n)
+        Ok(n as usize)
     }
 
     fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError> {
@@ -280,7 +257,6 @@ impl Transport for Endpoint {
         if self.closed {
             return Ok(());
         }
-        // only the receive CQ wakes a queue: a response is what it waits for
         // SAFETY: cq is valid.
         let rc = unsafe { ibv_req_notify_cq(self.cq, 0) };
         if rc != 0 {
@@ -298,9 +274,18 @@ impl Transport for Endpoint {
     }
 
     fn ack_notify(&mut self) -> Result<(), TransportError> {
-        // One event per arm: the CQ is armed again before the next sleep, and an event still
-        // queued keeps the fd readable, so the next poll of it returns at once.
-        self.take_cq_event();
-        Ok(())
+        if self.comp.is_null() {
+            return Ok(());
+        }
+        loop {
+            let mut cq = null_mut();
+            let mut ctx = null_mut();
+            // SAFETY: comp is valid and non-blocking; cq/ctx are out-parameters.
+            if unsafe { ibv_get_cq_event(self.comp, &mut cq, &mut ctx) } != 0 {
+                return Ok(());
+            }
+            // SAFETY: the event came from our only CQ; acking each one at once keeps the count even.
+            unsafe { ibv_ack_cq_events(cq, 1) };
+        }
     }
 }
