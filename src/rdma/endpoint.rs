@@ -700,7 +700,7 @@ impl Endpoint {
         // no registration covers the tag buffers any more: their owner may free them
         self.kept.clear();
         if !self.cq.is_null() {
-            let _ = self.ack_notify();
+            while self.take_cq_event() {}
             // SAFETY: cq is valid, its QP is destroyed and every event is acked.
             unsafe { ibv_destroy_cq(self.cq) };
             self.cq = null_mut();
