@@ -21,7 +21,8 @@
 #   LAB_KERNEL    6.12 (default) or new: the newest 6.18 (LTS) from trixie-backports, whose ublk can
 #                 resize a live device (UPDATE_SIZE); `test` also boots it for $NEW_KERNEL_TESTS
 #   LAB_ONLY      with 'test': run only the suite tests whose name contains this
-#   SRP_UBLK_BIN  srp-ublk binary to put in the guest (default target/release/srp-ublk)
+#   SRP_UBLK_BIN  srp-ublk binary to put in the guest (default target/release/srp-ublk, which must be
+#                 newer than the sources: lab.sh does not build, `just lab-test` does)
 #   LAB_QEMU_EXTRA  more qemu options, split on blanks (tests/lab/vm/run.sh: a virtio-blk disk)
 #
 # Everything is cached under target/lab/ (kernel .deb, unpacked kernel, base initramfs); the files
@@ -39,6 +40,7 @@ LAB_SMP=${LAB_SMP:-2}
 SRP_LUN_MB=${SRP_LUN_MB:-256}
 LAB_SETUP=${LAB_SETUP:-full}
 LAB_BOOT=${LAB_BOOT:-init}
+BIN_GIVEN=${SRP_UBLK_BIN:+1}
 SRP_UBLK_BIN=${SRP_UBLK_BIN:-$ROOT_DIR/target/release/srp-ublk}
 KSERIES=6.12
 LAB_KERNEL=${LAB_KERNEL:-6.12}
@@ -288,6 +290,12 @@ sysroot() {
 overlay() {   # the project's own files: the job runner, helpers, the suite, srp-ublk; rebuilt every run
     local out=$1 lib
     [ -x "$SRP_UBLK_BIN" ] || die "no srp-ublk binary at $SRP_UBLK_BIN: run 'cargo build --release' first"
+    # a binary older than the sources would test code that is not there any more
+    if [ -z "${BIN_GIVEN:-}" ]; then
+        local newer
+        newer=$(cd "$ROOT_DIR" && find src Cargo.toml Cargo.lock -newer "$SRP_UBLK_BIN" -print -quit 2>/dev/null)
+        [ -z "$newer" ] || die "$SRP_UBLK_BIN is older than $newer: run 'cargo build --release' first (just lab-test does), or name a binary with SRP_UBLK_BIN="
+    fi
     STAGE=$LAB/stage.overlay
     rm -rf "$STAGE"; mkdir -p "$STAGE"/usr/{bin,sbin,lib,lib64} "$STAGE/usr/local/bin" "$STAGE/usr/lib/srp-lab"
     # the same merged-/usr links as the base: the kernel replaces an entry of another type when it
