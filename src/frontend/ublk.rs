@@ -336,8 +336,7 @@ pub fn serve(
     };
     let nr_queues = channels.len() as u16;
     let size = geo.blocks << geo.block_shift;
-    let channels: Arc<Mutex<Vec<Option<SrpChannel>>>> =
-        Arc::new(Mutex::new(channels.into_iter().map(Some).collect()));
+    let channels: Vec<Option<SrpChannel>> = channels.into_iter().map(Some).collect();
     let ctrl = if opts.recover {
         recover_ctrl(opts.dev_id, nr_queues, depth, max_io)?
     } else {
@@ -353,9 +352,6 @@ pub fn serve(
         dev.tgt.cq_depth = depth + 8;
         Ok(())
     };
-    let mode = effective_mode(opts.poll, nr_queues);
-    let timers = opts.timers;
-    let on_removed = opts.on_removed.clone();
     let cpus = opts.cpus.clone();
     let status2 = status.clone();
     let shared =
@@ -366,57 +362,27 @@ pub fn serve(
             })?,
         );
     opts.capacity.bytes.store(size, Relaxed);
-    let watch = CapacityWatch {
+    let stop = CapacityWatch {
         dev_id: ctrl.dev_info().dev_id,
         relogin: relogin.clone(),
         shared: shared.clone(),
         queues: status.clone(),
         capacity: opts.capacity.clone(),
         block_shift: geo.block_shift,
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    std::thread::Builder::new()
-        .name("capacity".into())
-        .spawn(move || watch.run(&stop2))
-        .map_err(|source| UblkFrontError::Setup {
-            what: "starting the capacity watch",
-            source,
-        })?;
-    let q_fn = move |qid: u16, dev: &UblkDev| {
-        let ch = channels
-            .lock()
-            .ok()
-            .and_then(|mut v| v.get_mut(usize::from(qid)).and_then(Option::take));
-        let Some(ch) = ch else {
-            tracing::error!("queue {qid}: no SRP channel for this queue");
-            return;
-        };
-        let Some(st) = status.get(usize::from(qid)) else {
-            return;
-        };
-        st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
-        let rport = match down_since {
-            Some(at) => Rport::down_since(timers, at),
-            None => Rport::new(timers),
-        };
-        let removed = on_removed.clone();
-        let r = run_queue(
-            qid,
-            dev,
-            ch,
-            geo,
-            mode,
-            relogin.clone(),
-            rport,
-            removed,
-            st,
-            &shared,
-        );
-        if let Err(e) = r {
-            tracing::error!("queue {qid}: {e}");
-        }
-    };
+    }
+    .spawn()?;
+    let start = Arc::new(QueueStart {
+        channels: Mutex::new(channels),
+        status,
+        timers: opts.timers,
+        down_since,
+        on_removed: opts.on_removed.clone(),
+        relogin,
+        geo,
+        mode: effective_mode(opts.poll, nr_queues),
+        shared,
+    });
+    let q_fn = move |qid: u16, dev: &UblkDev| start.run(qid, dev);
     let res = ctrl.run_target(tgt_init, q_fn, move |c| {
         // libublk pins each queue thread to the kernel's queue affinity as it starts; --cpus
         // overrides that here, once every queue thread runs and before anyone sees the device
@@ -437,6 +403,59 @@ pub fn serve(
         what: "running the ublk device",
         source,
     })
+}
+
+/// What each queue thread starts from: its channel (taken once), its status slot, and what every
+/// queue of the device shares.
+struct QueueStart {
+    channels: Mutex<Vec<Option<SrpChannel>>>,
+    status: Arc<Vec<QueueStatus>>,
+    timers: Timers,
+    /// For a handover: when the previous daemon's channels went down.
+    down_since: Option<Instant>,
+    on_removed: Option<OnRemoved>,
+    relogin: Relogin,
+    geo: Geometry,
+    mode: PollMode,
+    shared: Arc<SessionLink>,
+}
+
+impl QueueStart {
+    /// Queue `qid`'s thread (libublk's): serves the queue until the device stops.
+    fn run(&self, qid: u16, dev: &UblkDev) {
+        let ch = self
+            .channels
+            .lock()
+            .ok()
+            .and_then(|mut v| v.get_mut(usize::from(qid)).and_then(Option::take));
+        let Some(ch) = ch else {
+            tracing::error!("queue {qid}: no SRP channel for this queue");
+            return;
+        };
+        let Some(st) = self.status.get(usize::from(qid)) else {
+            return;
+        };
+        st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
+        let rport = match self.down_since {
+            Some(at) => Rport::down_since(self.timers, at),
+            None => Rport::new(self.timers),
+        };
+        let r = run_queue(
+            qid,
+            dev,
+            ch,
+            self.geo,
+            self.mode,
+            self.relogin.clone(),
+            rport,
+            self.on_removed.clone(),
+            st,
+            &self.shared,
+        );
+        if let Err(e) = r {
+            tracing::error!("queue {qid}: {e}");
+        }
+    }
 }
 
 /// `adaptive` spins only with a core to spare (see [`PollMode::Adaptive`]).

@@ -49,6 +49,22 @@ impl Connect for &FakeConnect {
     }
 }
 
+impl FakeConnect {
+    /// A target that refuses every new login.
+    fn refusing() -> FakeConnect {
+        FakeConnect {
+            refuse: Cell::new(u32::MAX),
+            ..Default::default()
+        }
+    }
+}
+
+/// A read on tag 0 whose response never comes.
+fn read_unanswered(p: &mut Path<&FakeConnect>) {
+    p.ch.transport().faults.hold_rsps = true;
+    read(p, 0, 0);
+}
+
 fn channel() -> Channel<FakeTarget> {
     let t = FakeTarget::new(1 << 20, 512, DEPTH + 4, DEPTH + 8);
     Channel::new(
@@ -144,14 +160,10 @@ fn held_commands_are_reissued_in_their_first_order_on_the_new_logins_buffers() {
 
 #[test]
 fn fast_io_fail_fails_held_and_new_commands_and_dev_loss_ends_the_path() {
-    let c = FakeConnect {
-        refuse: Cell::new(u32::MAX),
-        ..Default::default()
-    };
+    let c = FakeConnect::refusing();
     let mut p = path(&c);
     let t0 = Instant::now();
-    p.ch.transport().faults.hold_rsps = true;
-    read(&mut p, 0, 0);
+    read_unanswered(&mut p);
     break_channel(&mut p);
     let s = |secs: f64| t0 + Duration::from_secs_f64(secs);
     assert!(service(&mut p, s(0.0)).0.is_empty());
@@ -268,14 +280,10 @@ fn a_path_that_starts_down_holds_io_and_registers_its_buffers_at_its_first_login
 
 #[test]
 fn device_removal_releases_the_login_at_once_and_says_so() {
-    let c = FakeConnect {
-        refuse: Cell::new(u32::MAX),
-        ..Default::default()
-    };
+    let c = FakeConnect::refusing();
     let mut p = path(&c);
     let t0 = Instant::now();
-    p.ch.transport().faults.hold_rsps = true;
-    read(&mut p, 0, 0);
+    read_unanswered(&mut p);
     p.ch.transport().faults.removed = true;
     p.ch.declare_down(DownReason::Completion {
         kind: crate::channel::WcKind::Recv,

@@ -31,7 +31,21 @@ impl CapacityWatch {
             .sum()
     }
 
-    pub(super) fn run(&self, stop: &AtomicBool) {
+    /// Starts the watch on a thread of its own; the flag it returns stops it.
+    pub(super) fn spawn(self) -> Result<Arc<AtomicBool>, super::UblkFrontError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        std::thread::Builder::new()
+            .name("capacity".into())
+            .spawn(move || self.run(&stop2))
+            .map_err(|source| super::UblkFrontError::Setup {
+                what: "starting the capacity watch",
+                source,
+            })?;
+        Ok(stop)
+    }
+
+    fn run(&self, stop: &AtomicBool) {
         let mut seen = self.unit_attentions();
         while !stop.load(Relaxed) {
             std::thread::sleep(CAPACITY_POLL);
