@@ -22,9 +22,10 @@ deps:
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
     fi
 
-# release build of the srp-ublk binary (what the lab puts in the guest)
+# release build of the srp-ublk binary and the hostile SRP target (what the lab puts in the guest)
 build: deps
     cargo build --release --locked
+    cargo build --release --locked --features lab-target --example hostile_target
 
 # formatting, clippy, unit tests, fuzz smoke, the lab selftest and the lab's end-to-end suite
 test: deps fmt-check clippy unit fuzz-smoke lab-selftest vm-test lab-test
@@ -36,6 +37,7 @@ fmt-check:
 # clippy on every target, warnings are errors
 clippy: deps
     cargo clippy --locked --all-targets -- -D warnings
+    cargo clippy --locked --all-targets --features lab-target -- -D warnings
 
 # unit, property and host integration tests
 unit: deps

@@ -22,7 +22,9 @@
 //!   (unit attentions) at once, at most `max_retries` times.
 //! - Nothing here allocates after construction.
 
-use super::{DataBuf, DataDir, ScsiCmd, Transport, TransportError, Wc, WcKind, WcStatus};
+use super::{
+    DataBuf, DataDir, RemoteAccess, ScsiCmd, Transport, TransportError, Wc, WcKind, WcStatus,
+};
 use crate::wire::scsi::sense::errno;
 use crate::wire::scsi::{classify, Action, Refresh, ScsiStatus, Sense};
 use crate::wire::srp::{
@@ -119,6 +121,7 @@ fn wc_name(kind: WcKind) -> &'static str {
     match kind {
         WcKind::Send => "send",
         WcKind::Recv => "receive",
+        WcKind::Window => "memory window",
     }
 }
 
@@ -525,21 +528,24 @@ impl<T: Transport> Channel<T> {
         let e = &mut self.tags[idx];
         e.gen = e.gen.wrapping_add(1);
         let srp_tag = (u64::from(e.gen) << 16) | u64::from(tag);
-        let cdb = e.cmd.cdb;
-        let direct = |b: DataBuf| {
-            DataDesc::Direct(DirectBuf {
-                va: b.addr,
-                key: b.rkey,
-                len: b.len,
-            })
+        let (cdb, data) = (e.cmd.cdb, e.cmd.data);
+        // the target reaches the buffer through this command's window only (immediate data is
+        // gathered locally: nothing to open)
+        let mut direct = |b: DataBuf, access| {
+            let w = self.t.open_window(tag, b, access)?;
+            Ok::<_, TransportError>(DataDesc::Direct(DirectBuf {
+                va: w.addr,
+                key: w.rkey,
+                len: w.len,
+            }))
         };
-        let (data_out, data_in, imm) = match e.cmd.data {
+        let (data_out, data_in, imm) = match data {
             DataDir::None => (DataDesc::None, DataDesc::None, None),
-            DataDir::In(b) => (DataDesc::None, direct(b), None),
+            DataDir::In(b) => (DataDesc::None, direct(b, RemoteAccess::Write)?, None),
             DataDir::Out(b) if b.len > 0 && b.len <= self.cfg.max_imm => {
                 (DataDesc::Immediate { len: b.len }, DataDesc::None, Some(b))
             }
-            DataDir::Out(b) => (direct(b), DataDesc::None, None),
+            DataDir::Out(b) => (direct(b, RemoteAccess::Read)?, DataDesc::None, None),
         };
         let cmd = SrpCmd::new(srp_tag, self.cfg.lun, cdb.as_slice())
             .data_out(data_out)
@@ -635,6 +641,14 @@ impl<T: Transport> Channel<T> {
             match wc.kind {
                 WcKind::Send => self.on_send(wc, done),
                 WcKind::Recv => self.on_recv(wc, done),
+                // a bind or invalidation that failed: the QP is in the error state
+                WcKind::Window if wc.status != WcStatus::Ok => {
+                    self.set_down(DownReason::Completion {
+                        kind: wc.kind,
+                        status: wc.status,
+                    })
+                }
+                WcKind::Window => {}
             }
         }
         self.wcs = wcs;
@@ -812,6 +826,8 @@ impl<T: Transport> Channel<T> {
 
     /// Both the response and the send completion are in: complete, or retry.
     fn finish(&mut self, tag: u16, done: &mut dyn FnMut(Done)) {
+        // the response is in: the target is done with the buffer
+        self.t.close_window(tag);
         let idx = usize::from(tag);
         let Some(info) = self.tags[idx].rsp.take() else {
             return;
@@ -855,6 +871,7 @@ impl<T: Transport> Channel<T> {
     }
 
     fn complete(&mut self, tag: u16, outcome: CmdOutcome, done: &mut dyn FnMut(Done)) {
+        self.t.close_window(tag);
         self.tags[usize::from(tag)].state = TagState::Idle;
         self.busy -= 1;
         self.stats.completed += 1;

@@ -3,15 +3,19 @@
 //! WRITE(16), SYNCHRONIZE CACHE(16), UNMAP, WRITE SAME(16), TEST UNIT READY, READ CAPACITY(16).
 //!
 //! Data buffers are owned by the fake ([`FakeTarget::alloc`]): a descriptor's `key` names the buffer
-//! and `va - addr` is the offset, so no raw memory is touched.
+//! and `va - addr` is the offset, so no raw memory is touched. With [`RkeyScope::Command`] (the
+//! default, as in production) the target reaches a buffer only through the window the engine opens
+//! per command ([`Transport::open_window`]), in its direction and range, until it is closed; a
+//! remote access outside one fails the way a real HCA fails it (the QP goes to the error state).
 
-use super::{DataBuf, PortDown, Transport, TransportError, Wc, WcKind, WcStatus};
+use super::{DataBuf, PortDown, RemoteAccess, Transport, TransportError, Wc, WcKind, WcStatus};
 use crate::rdma::{Keep, TagBufs};
 use crate::wire::scsi::cdb::op;
 use crate::wire::srp::{
     parse_initiator_iu, AerReq, CredReq, DataDesc, InitiatorIu, RspFlags, ScsiLun, SrpRsp, TLogout,
     TLogoutReason, TskMgmtFunc,
 };
+use crate::wire::target::RkeyScope;
 use std::collections::VecDeque;
 
 /// Faults to inject.
@@ -69,11 +73,32 @@ pub struct FakeTarget {
     stopped: bool,
     /// Closed by [`Transport::release_if_removed`].
     pub released: bool,
+    /// How long the target may reach a buffer.
+    pub rkey_scope: RkeyScope,
+    /// The last direct descriptor a command carried (key, va, len): what a target would keep.
+    pub last_direct: Option<(u32, u64, u32)>,
+    /// Remote accesses refused (no open window for the key, range or direction).
+    pub access_errors: u32,
+    /// Open windows, by tag.
+    windows: Vec<Option<FakeWindow>>,
+    next_window_key: u32,
+}
+
+/// One command's window: the key the target got opens `len` bytes at `va` of buffer `lkey`.
+#[derive(Clone, Copy, Debug)]
+struct FakeWindow {
+    key: u32,
+    lkey: u32,
+    va: u64,
+    len: u32,
+    access: RemoteAccess,
 }
 
 const BUF_BASE: u64 = 1 << 40;
 /// Keys of registered tag buffers start here (below: buffers from [`FakeTarget::alloc`]).
 const TAG_KEY_BASE: u32 = 1 << 20;
+/// Window keys start here; each bind gets a new one.
+const WINDOW_KEY_BASE: u32 = 1 << 28;
 
 impl FakeTarget {
     /// A target with a `disk_bytes` RAM disk, `slots` send slots and `nr_recv` posted receives.
@@ -98,6 +123,11 @@ impl FakeTarget {
             armed: false,
             stopped: false,
             released: false,
+            rkey_scope: RkeyScope::default(),
+            last_direct: None,
+            access_errors: 0,
+            windows: Vec::new(),
+            next_window_key: WINDOW_KEY_BASE,
         }
     }
 
@@ -125,8 +155,10 @@ impl FakeTarget {
         );
         t.disk = std::mem::take(&mut self.disk);
         t.bufs = std::mem::take(&mut self.bufs);
-        // keys of tag buffers are never reused: a late access with an old login's key fails
+        // keys are never reused: a late access with an old login's key fails
         t.next_tag_key = self.next_tag_key;
+        t.next_window_key = self.next_window_key;
+        t.rkey_scope = self.rkey_scope;
         t
     }
 
@@ -149,12 +181,30 @@ impl FakeTarget {
             .map(|(_, _, k)| k)
     }
 
+    /// The buffer (local key) a remote `key` reaches for `len` bytes at `va` in direction
+    /// `access`, if it reaches it: through an open window in command scope, by the registration's
+    /// own key in login scope.
+    fn remote(&self, key: u32, va: u64, len: u32, access: RemoteAccess) -> Option<u32> {
+        if self.rkey_scope == RkeyScope::Login {
+            return Some(key);
+        }
+        let w = self.windows.iter().flatten().find(|w| w.key == key)?;
+        let end = va.checked_add(u64::from(len))?;
+        (w.access == access && va >= w.va && end <= w.va + u64::from(w.len)).then_some(w.lkey)
+    }
+
+    /// Reads `len` bytes at `va` of buffer `lkey` (a local gather, or a remote read let through).
+    fn local_read(&mut self, lkey: u32, va: u64, len: u32) -> Option<Vec<u8>> {
+        match self.tag_mem(lkey) {
+            Some(k) => k.dma_read(va, len as usize),
+            None => self.mem(lkey, va, len).map(|m| m.to_vec()),
+        }
+    }
+
     /// The target's RDMA READ of `len` bytes at `va` under `key`.
     fn dma_read(&mut self, key: u32, va: u64, len: u32) -> Option<Vec<u8>> {
-        match self.tag_mem(key) {
-            Some(k) => k.dma_read(va, len as usize),
-            None => self.mem(key, va, len).map(|m| m.to_vec()),
-        }
+        let lkey = self.remote(key, va, len, RemoteAccess::Read)?;
+        self.local_read(lkey, va, len)
     }
 
     /// The target's RDMA WRITE of `data` at `va` under `key` (at most `len` bytes are open).
@@ -162,9 +212,12 @@ impl FakeTarget {
         if data.len() > len as usize {
             return false;
         }
-        match self.tag_mem(key) {
+        let Some(lkey) = self.remote(key, va, data.len() as u32, RemoteAccess::Write) else {
+            return false;
+        };
+        match self.tag_mem(lkey) {
             Some(k) => k.dma_write(va, data),
-            None => match self.mem(key, va, len) {
+            None => match self.mem(lkey, va, len) {
                 Some(m) => {
                     m[..data.len()].copy_from_slice(data);
                     true
@@ -172,6 +225,26 @@ impl FakeTarget {
                 None => false,
             },
         }
+    }
+
+    /// An RDMA WRITE the target sends on its own (late, stray or hostile): lands if `key` reaches
+    /// the range now; otherwise fails as on an HCA: a remote access error puts the QP in the error
+    /// state, so the initiator's receives complete flushed and nothing more arrives.
+    pub fn rdma_write(&mut self, key: u32, va: u64, data: &[u8]) -> bool {
+        if self.dma_write(key, va, data.len() as u32, data) {
+            return true;
+        }
+        self.access_errors += 1;
+        self.stopped = true;
+        self.outbox.clear();
+        self.held.clear();
+        self.cq.push_back(Wc {
+            kind: WcKind::Recv,
+            id: 0,
+            len: 0,
+            status: WcStatus::Flushed,
+        });
+        false
     }
 
     /// Sends an IU to the initiator (delivered into the next posted receive).
@@ -316,6 +389,9 @@ impl FakeTarget {
         let c = p.cmd;
         let cdb = c.cdb;
         self.log.push((cdb[0], c.tag));
+        if let (DataDesc::Direct(d), _) | (_, DataDesc::Direct(d)) = (c.data_in, c.data_out) {
+            self.last_direct = Some((d.key, d.va, d.len));
+        }
         if self.faults.drop_next_rsp {
             self.faults.drop_next_rsp = false;
             return None;
@@ -408,10 +484,12 @@ impl Transport for FakeTarget {
     ) -> Result<(), TransportError> {
         let mut iu = self.send_slots[usize::from(slot)][..len].to_vec();
         if let Some(b) = imm {
-            let data = self.dma_read(b.lkey, b.addr, b.len).ok_or(TransportError {
-                op: "fake post_send",
-                detail: "immediate data buffer not registered".into(),
-            })?;
+            let data = self
+                .local_read(b.lkey, b.addr, b.len)
+                .ok_or(TransportError {
+                    op: "fake post_send",
+                    detail: "immediate data buffer not registered".into(),
+                })?;
             iu.extend_from_slice(&data);
         }
         let rsp = self.execute(&iu);
@@ -494,6 +572,37 @@ impl Transport for FakeTarget {
 
     fn forget_bufs(&mut self) {
         self.tag_bufs.clear();
+    }
+
+    fn open_window(
+        &mut self,
+        win: u16,
+        buf: DataBuf,
+        access: RemoteAccess,
+    ) -> Result<DataBuf, TransportError> {
+        if self.rkey_scope == RkeyScope::Login || buf.len == 0 {
+            return Ok(buf);
+        }
+        let key = self.next_window_key;
+        self.next_window_key += 1;
+        let i = usize::from(win);
+        if self.windows.len() <= i {
+            self.windows.resize(i + 1, None);
+        }
+        self.windows[i] = Some(FakeWindow {
+            key,
+            lkey: buf.lkey,
+            va: buf.addr,
+            len: buf.len,
+            access,
+        });
+        Ok(DataBuf { rkey: key, ..buf })
+    }
+
+    fn close_window(&mut self, win: u16) {
+        if let Some(w) = self.windows.get_mut(usize::from(win)) {
+            *w = None;
+        }
     }
 
     fn stop(&mut self) {

@@ -59,6 +59,17 @@ pub enum WcKind {
     Send,
     /// A receive completed: an IU from the target is in that receive buffer.
     Recv,
+    /// A memory window's bind or invalidation (reported only when it failed or was flushed).
+    Window,
+}
+
+/// What a command's window lets the target do with its buffer: the one direction its data moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteAccess {
+    /// Data-out (writes): the target RDMA-reads the buffer.
+    Read,
+    /// Data-in (reads): the target RDMA-writes the buffer.
+    Write,
 }
 
 /// Status of a work completion.
@@ -139,6 +150,25 @@ pub trait Transport {
     fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError>;
     /// Drops the registrations of [`Transport::register_bufs`] (nothing in flight uses them).
     fn forget_bufs(&mut self);
+    /// Opens `buf` to the target for the command on tag `win`, in the one direction `access`
+    /// names, until [`Transport::close_window`]: returns the descriptor to send, whose `rkey`
+    /// reaches that byte range only. Queued ahead of the command's SEND, in the same chain.
+    /// A transport whose registrations are login-wide returns `buf` as it is.
+    fn open_window(
+        &mut self,
+        win: u16,
+        buf: DataBuf,
+        access: RemoteAccess,
+    ) -> Result<DataBuf, TransportError> {
+        let _ = (win, access);
+        Ok(buf)
+    }
+    /// Closes tag `win`'s window if it is open (the command's response is in, or it was given
+    /// up): queued with the next post, so the target's access fails from then on, before any
+    /// later work request of this channel executes. Nothing to do when nothing is open.
+    fn close_window(&mut self, win: u16) {
+        let _ = win;
+    }
     /// Stops the transport: no completion and no RDMA reaches a buffer any more (the QP in the
     /// error state, drained); its disconnect waits until it is replaced or dropped.
     fn stop(&mut self) {}

@@ -120,7 +120,7 @@ fn resolve_target(t: &str) -> anyhow::Result<TargetSpec> {
 pub fn run(a: AddArgs) -> anyhow::Result<()> {
     a.timers()?;
     let target = match (&a.target, &a.backend) {
-        (Some(t), _) => Some(resolve_target(t)?),
+        (Some(t), _) => Some(a.session.apply(resolve_target(t)?)),
         (None, Some(b)) => {
             parse_spec(b)?;
             None

@@ -19,7 +19,7 @@ pub mod upgrade;
 use clap::{Args, Parser, Subcommand};
 use srp_ublk::session::timers::{parse_tmo, TimerError, Timers, Tmo};
 use srp_ublk::session::SessionOptions;
-use srp_ublk::wire::target::TargetSpec;
+use srp_ublk::wire::target::{RkeyScope, TargetSpec};
 use std::time::Duration;
 
 /// How the SRP session is set up: shared by the front ends (`add` for ublk, `serve` for NBD).
@@ -39,6 +39,12 @@ pub struct SessionArgs {
     /// Limit for each login step, in seconds.
     #[arg(long, default_value_t = 15)]
     pub timeout: u64,
+    /// How long the target may reach a data buffer: "command" (only while its command is
+    /// outstanding, in its direction and byte range: a memory window per command) or "login"
+    /// (every buffer, both ways, for the whole login: one registration, no containment).
+    /// Default: the target string's rkey_scope=, else command.
+    #[arg(long, value_name = "command|login")]
+    pub rkey_scope: Option<RkeyScope>,
 }
 
 /// ib_srp's SRP transport-class timers, for `add` and `serve`.
@@ -100,6 +106,14 @@ fn parse_lun_sel(s: &str) -> Result<LunSel, String> {
 }
 
 impl SessionArgs {
+    /// `target` with this command line's overrides of its options (`--rkey-scope`).
+    pub fn apply(&self, mut target: TargetSpec) -> TargetSpec {
+        if let Some(s) = self.rkey_scope {
+            target.opts.rkey_scope = Some(s);
+        }
+        target
+    }
+
     /// The one LUN to serve: `--lun N`, else the target string's `lun=`, else 0.
     pub fn single_lun(&self, target: Option<&TargetSpec>) -> anyhow::Result<u64> {
         let from_target = target.and_then(|t| t.lun);

@@ -92,7 +92,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     };
     let export = match (&a.target, &a.backend) {
         (Some(t), None) => {
-            let target = TargetSpec::parse(t)?;
+            let target = a.session.apply(TargetSpec::parse(t)?);
             let timers = a.timer_args.timers()?;
             let s = Session::open(&target, &a.session.options(Some(&target))?)?;
             let geo = s.lun.geometry();

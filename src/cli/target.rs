@@ -2,7 +2,9 @@
 
 use anyhow::Context;
 use clap::Subcommand;
-use srp_ublk::wire::target::{hex16, Rules, TargetSpec, Transport, DEFAULT_INITIATOR_EXT};
+use srp_ublk::wire::target::{
+    hex16, RkeyScope, Rules, TargetSpec, Transport, DEFAULT_INITIATOR_EXT,
+};
 
 /// `srp-ublk target ...`
 #[derive(Debug, Subcommand)]
@@ -86,5 +88,10 @@ pub fn describe(t: &TargetSpec) -> String {
     s += &format!("target_port_id: {}\n", hex16(&t.target_port_id()));
     s += &format!("initiator_ext: {ext:016x} ({src})\n");
     s += "initiator_port_id: initiator_ext || local port GUID (interface id of GID 0)\n";
+    let scope = match t.opts.rkey_scope {
+        Some(r) => format!("{r} (from the target string or --rkey-scope)"),
+        None => format!("{} (srp-ublk default)", RkeyScope::default()),
+    };
+    s += &format!("rkey_scope: {scope}\n");
     s
 }

@@ -13,7 +13,7 @@ use crate::channel::{DataBuf, Transport, Wc, WcKind, WcStatus};
 use crate::wire::srp::{
     parse_login_reply, BufFormats, LoginRej, LoginReply, LoginReq, LoginRsp, MultiChannelAction,
 };
-use crate::wire::target::{TargetSpec, Transport as Route, DEFAULT_INITIATOR_EXT};
+use crate::wire::target::{RkeyScope, TargetSpec, Transport as Route, DEFAULT_INITIATOR_EXT};
 use rdma_sys::*;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -22,12 +22,18 @@ use std::time::{Duration, Instant};
 
 mod cm;
 mod transport;
+mod window;
 
-use cm::{event_name, set_nonblocking};
-use transport::{data_access, port_state};
+use cm::event_name;
+pub(crate) use cm::set_nonblocking;
+#[cfg(feature = "lab-target")]
+pub(crate) use cm::wait_readable;
+use transport::port_state;
+use window::data_access;
 
 const WR_SEND: u64 = 1 << 32;
 const WR_RECV: u64 = 2 << 32;
+const WR_WINDOW: u64 = 4 << 32;
 /// IB CM reject reason for a consumer-defined reject (an SRP_LOGIN_REJ is in the private data).
 const IB_CM_REJ_CONSUMER_DEFINED: i32 = 28;
 const SCRATCH_BYTES: usize = 64 * 1024;
@@ -57,6 +63,8 @@ pub struct ConnectParams {
     pub comp_vector: i32,
     /// Limit for each CM step.
     pub timeout: Duration,
+    /// How long the target may reach a data buffer.
+    pub rkey_scope: RkeyScope,
 }
 
 /// A route whose IPv6 destination is scoped by an interface's name (`dest=[fe80::1%eth0]:5555`)
@@ -147,8 +155,12 @@ pub struct Endpoint {
     recv_size: usize,
     nr_recv: u16,
     raw_wcs: Vec<ibv_wc>,
-    /// SENDs queued for one post (see [`Transport::flush_sends`]).
+    /// Work requests queued for one post (see [`Transport::flush_sends`]).
     chain: Vec<transport::Queued>,
+    /// How long the target may reach a data buffer.
+    scope: RkeyScope,
+    /// One memory window per send slot (command scope; empty for login scope).
+    windows: Vec<window::Window>,
     qp_created: bool,
     connected: bool,
     quiesced: bool,
@@ -189,6 +201,8 @@ impl Endpoint {
             nr_recv: 0,
             raw_wcs: Vec::new(),
             chain: Vec::new(),
+            scope: RkeyScope::default(),
+            windows: Vec::new(),
             qp_created: false,
             connected: false,
             quiesced: false,
@@ -247,6 +261,7 @@ impl Endpoint {
         self.create_id(&plan)?;
         let (ctx, port) = self.resolve(&plan, p.timeout)?;
         self.note_port(ctx, port)?;
+        self.scope = p.rkey_scope;
         self.create_queues(ctx, p)?;
         self.post_ius(p)?;
         self.log_in(p, &plan)
@@ -372,7 +387,13 @@ impl Endpoint {
         }
         // SAFETY: comp is valid.
         set_nonblocking(unsafe { (*self.comp).fd })?;
-        let cqe = i32::from(p.send_slots) + i32::from(p.nr_recv);
+        // per command: its SEND, and in command scope its window's bind and invalidation
+        let per_cmd = match p.rkey_scope {
+            RkeyScope::Command => 3,
+            RkeyScope::Login => 1,
+        };
+        let send_wr = u32::from(p.send_slots) * per_cmd;
+        let cqe = send_wr as i32 + i32::from(p.nr_recv);
         // SAFETY: ctx and comp are valid; cq_context is unused (null).
         self.cq = unsafe { ibv_create_cq(ctx, cqe, null_mut(), self.comp, p.comp_vector) };
         if self.cq.is_null() {
@@ -382,12 +403,13 @@ impl Endpoint {
         let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         attr.send_cq = self.cq;
         attr.recv_cq = self.cq;
-        attr.cap.max_send_wr = u32::from(p.send_slots);
+        attr.cap.max_send_wr = send_wr;
         attr.cap.max_recv_wr = u32::from(p.nr_recv);
         attr.cap.max_send_sge = 2;
         attr.cap.max_recv_sge = 1;
         attr.qp_type = ibv_qp_type::IBV_QPT_RC;
-        attr.sq_sig_all = 1;
+        // SENDs ask for their completion; window requests report only failures
+        attr.sq_sig_all = 0;
         // SAFETY: id (route resolved), pd and attr (with a valid CQ) are valid.
         if unsafe { rdma_create_qp(self.id, self.pd, &mut attr) } != 0 {
             return Err(RdmaError::os("rdma_create_qp"));
@@ -411,7 +433,8 @@ impl Endpoint {
         self.iu_mr = self.reg(iu_ptr, iu_len, ibv_access_flags::IBV_ACCESS_LOCAL_WRITE)?;
         self.scratch = vec![0u8; SCRATCH_BYTES].into_boxed_slice();
         let scratch_ptr = self.scratch.as_mut_ptr();
-        self.scratch_mr = self.reg(scratch_ptr, SCRATCH_BYTES, data_access())?;
+        self.scratch_mr = self.reg(scratch_ptr, SCRATCH_BYTES, data_access(self.scope))?;
+        self.alloc_windows(self.nr_send)?;
         // SAFETY: ibv_wc is a plain C struct; all-zero values are valid placeholders.
         self.raw_wcs = (0..32).map(|_| unsafe { std::mem::zeroed() }).collect();
         self.chain = Vec::with_capacity(usize::from(self.nr_send));
@@ -543,7 +566,7 @@ impl Endpoint {
         (0..bufs.depth())
             .map(|tag| {
                 let (ptr, len) = bufs.span(tag);
-                let mr = self.reg(ptr, len, data_access())?;
+                let mr = self.reg(ptr, len, data_access(self.scope))?;
                 self.data_mrs.push(mr);
                 // SAFETY: mr is a valid MR returned by ibv_reg_mr.
                 let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
@@ -559,11 +582,31 @@ impl Endpoint {
 
     /// Deregisters the tag buffers (their owner has nothing in flight) and lets go of them.
     fn forget_tag_bufs(&mut self) {
-        for mr in self.data_mrs.drain(..) {
+        // the invalidations the last completions queued go first; a region cannot be
+        // deregistered while a window is still bound to it, which lasts until they execute
+        let _ = self.flush_chain();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut left = std::mem::take(&mut self.data_mrs);
+        loop {
             // SAFETY: each MR is ours, registered by `register_tag_bufs`; no command uses it.
-            unsafe { ibv_dereg_mr(mr) };
+            // One that fails stays registered (and is kept in `left`).
+            left.retain(|&mr| unsafe { ibv_dereg_mr(mr) } != 0);
+            if left.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        self.kept.clear();
+        if left.is_empty() {
+            self.kept.clear();
+        } else {
+            // still registered: the memory stays ours until `close`
+            tracing::warn!(
+                "{} tag buffer registration(s) still had a window bound after 1 s; kept until \
+                 the channel closes",
+                left.len()
+            );
+            self.data_mrs = left;
+        }
     }
 
     /// A 64 KiB registered buffer owned by the endpoint, for setup commands (INQUIRY, ...).
@@ -686,10 +729,13 @@ impl Endpoint {
         self.disconnect();
         if self.qp_created {
             self.drain();
+            // a bound window holds a reference on the QP: they go first
+            self.free_windows();
             // SAFETY: id has a QP created by rdma_create_qp.
             unsafe { rdma_destroy_qp(self.id) };
             self.qp_created = false;
         }
+        self.free_windows();
         for mr in self.data_mrs.drain(..).chain([self.iu_mr, self.scratch_mr]) {
             if !mr.is_null() {
                 // SAFETY: mr is a valid MR of ours, deregistered once; the QP using it is gone.
@@ -852,6 +898,7 @@ mod tests {
             nr_recv: 8,
             recv_size: 8320,
             retry_count: 7,
+            rkey_scope: RkeyScope::Command,
             comp_vector: 0,
             timeout: Duration::from_millis(500),
         };

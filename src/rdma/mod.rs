@@ -8,6 +8,8 @@
 //! engine's [`crate::channel::Transport`]. Dropping it disconnects, flushes and frees everything.
 
 mod endpoint;
+#[cfg(feature = "lab-target")]
+pub mod listener;
 pub mod neigh;
 mod sockaddr;
 mod tagbufs;
@@ -91,6 +93,20 @@ pub enum RdmaError {
         dest: SocketAddr,
         /// What does not fit.
         detail: String,
+    },
+    /// The device cannot open a buffer to the target per command.
+    #[error(
+        "RDMA device {device} cannot allocate type 2 memory windows, which rkey_scope=command \
+         (the default) needs to let the target reach a buffer only while its command is \
+         outstanding: use --rkey-scope login (or rkey_scope=login in the target string) to \
+         register every buffer for the whole login instead"
+    )]
+    NoWindows {
+        /// The RDMA device.
+        device: String,
+        /// What ibv_alloc_mw said.
+        #[source]
+        source: std::io::Error,
     },
     /// A verbs or CM call failed.
     #[error("{op} failed")]

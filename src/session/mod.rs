@@ -331,6 +331,7 @@ fn connect_params(
         retry_count: target.opts.tl_retry_count.unwrap_or(7) as u8,
         comp_vector: target.opts.comp_vector.unwrap_or(0) as i32,
         timeout,
+        rkey_scope: target.opts.rkey_scope.unwrap_or_default(),
     }
 }
 

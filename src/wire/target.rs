@@ -7,7 +7,8 @@
 //! - `/etc/srp_daemon.conf` rule lines (`a`/`d`, conditions, options appended on allow; first match
 //!   wins; no match allows, as srp_daemon does).
 //!
-//! srp-ublk adds one key, `lun=N` (the LUN to attach; ib_srp scans every LUN instead), and reads `#`
+//! srp-ublk adds two keys, `lun=N` (the LUN to attach; ib_srp scans every LUN instead) and
+//! `rkey_scope=command|login` (how long the target may reach a buffer, [`RkeyScope`]), and reads `#`
 //! to the end of a line as a comment, so a `srp-ublk discover` line (string, then `# vendor ...`)
 //! is a valid `--target` as printed.
 //!
@@ -73,6 +74,53 @@ pub struct TargetOptions {
     pub max_it_iu_size: Option<u32>,
     /// Number of channels.
     pub ch_count: Option<u32>,
+    /// How long the target may reach a data buffer (srp-ublk's key; `None`: [`RkeyScope::Command`]).
+    pub rkey_scope: Option<RkeyScope>,
+}
+
+/// How long, and how much of, a data buffer the target can reach by RDMA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RkeyScope {
+    /// One command's byte range, in the one direction the command moves data, from the SRP_CMD's
+    /// send until its response (a memory window bound per command, as ib_srp's
+    /// `register_always=Y` registers per command).
+    #[default]
+    Command,
+    /// Every tag buffer, both directions, for the whole login (one registration per buffer;
+    /// cheaper, but a late or stray RDMA lands in whatever the buffer holds then).
+    Login,
+}
+
+impl RkeyScope {
+    /// The key's value in a target string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RkeyScope::Command => "command",
+            RkeyScope::Login => "login",
+        }
+    }
+}
+
+impl fmt::Display for RkeyScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RkeyScope {
+    type Err = TargetError;
+
+    fn from_str(s: &str) -> Result<Self, TargetError> {
+        match s {
+            "command" => Ok(RkeyScope::Command),
+            "login" => Ok(RkeyScope::Login),
+            _ => Err(err(
+                s,
+                "expected command (the target reaches a buffer only while its command is \
+                 outstanding) or login (every buffer for the whole login)",
+            )),
+        }
+    }
 }
 
 /// A parsed target: identity, how to reach it, options.
@@ -117,7 +165,7 @@ pub enum Transport {
 
 const KNOWN: &str = "id_ext, ioc_guid, dgid, pkey, service_id, dest, src, max_sect, \
     max_cmd_per_lun, target_can_queue, io_class, initiator_ext, cmd_sg_entries, allow_ext_sg, \
-    sg_tablesize, comp_vector, tl_retry_count, queue_size, max_it_iu_size, ch_count, lun";
+    sg_tablesize, comp_vector, tl_retry_count, queue_size, max_it_iu_size, ch_count, lun, rkey_scope";
 
 /// kstrtoull(.., 16): optional 0x, 1 to 16 hex digits.
 fn parse_hex_u64(tok: &str, v: &str) -> Result<u64, TargetError> {
@@ -275,6 +323,9 @@ impl TargetOptions {
                 self.allow_ext_sg = Some(n != 0);
             }
             "initiator_ext" => self.initiator_ext = Some(parse_hex_u64(tok, v)?),
+            "rkey_scope" => {
+                self.rkey_scope = Some(v.parse().map_err(|e: TargetError| err(tok, e.problem))?)
+            }
             "io_class" => {
                 let digits = v.trim_start_matches("0x").trim_start_matches("0X");
                 let c = u32::from_str_radix(digits, 16).map_err(|_| err(tok, "expected hex"))?;
@@ -321,6 +372,9 @@ impl TargetOptions {
         num("queue_size", self.queue_size);
         num("max_it_iu_size", self.max_it_iu_size);
         num("ch_count", self.ch_count);
+        if let Some(r) = self.rkey_scope {
+            v.push(("rkey_scope", r.to_string()));
+        }
         v
     }
 }
@@ -565,14 +619,15 @@ impl Rule {
     }
 }
 
-/// The options srp_daemon lets an allow rule append (`parse_other_option`).
-const RULE_OPTIONS: [&str; 8] = [
+/// The options srp_daemon lets an allow rule append (`parse_other_option`), and srp-ublk's `rkey_scope`.
+const RULE_OPTIONS: [&str; 9] = [
     "allow_ext_sg",
     "cmd_sg_entries",
     "comp_vector",
     "max_cmd_per_lun",
     "max_sect",
     "queue_size",
+    "rkey_scope",
     "sg_tablesize",
     "tl_retry_count",
 ];

@@ -42,6 +42,7 @@ LAB_SETUP=${LAB_SETUP:-full}
 LAB_BOOT=${LAB_BOOT:-init}
 BIN_GIVEN=${SRP_UBLK_BIN:+1}
 SRP_UBLK_BIN=${SRP_UBLK_BIN:-$ROOT_DIR/target/release/srp-ublk}
+HOSTILE_BIN=${HOSTILE_BIN:-$(dirname "$SRP_UBLK_BIN")/examples/hostile_target}
 KSERIES=6.12
 LAB_KERNEL=${LAB_KERNEL:-6.12}
 NEW_KSERIES=6.18
@@ -317,6 +318,11 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
         install -m 755 "$HERE/guest/init.sh" "$STAGE/init"
         install -m 755 "$SRP_UBLK_BIN" "$STAGE/usr/local/bin/srp-ublk"
         for lib in $(ldd "$SRP_UBLK_BIN" 2>/dev/null | grep -o '/[^ )]*'); do copy_file "$lib"; done
+        # the hostile SRP target (examples/hostile_target.rs), when built: the suite's test for it
+        # fails when it is missing
+        if [ -x "$HOSTILE_BIN" ]; then
+            install -m 755 "$HOSTILE_BIN" "$STAGE/usr/local/bin/hostile-target"
+        fi
     fi
     pack "$out"
 }

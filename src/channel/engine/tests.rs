@@ -704,3 +704,83 @@ fn a_response_lost_with_the_link_takes_the_channel_down_once_the_port_is_down() 
         other => panic!("expected a transport failure naming the port, got {other:?}"),
     }
 }
+
+/// A read on tag 0 of `setup`'s channel, answered; returns the direct descriptor it carried.
+fn read_tag0(ch: &mut Channel<FakeTarget>, bufs: &[DataBuf]) -> (u32, u64, u32) {
+    io(ch, bufs, 0, BlockOp::Read, 0, 4096);
+    assert_eq!(drain(ch).len(), 1);
+    ch.transport().last_direct.expect("a direct descriptor")
+}
+
+/// A late RDMA WRITE with the key a completed read carried: with per-command windows it is
+/// refused (the channel goes down, the buffer keeps what the read returned); with login-wide
+/// registrations it lands, silently -- what `rkey_scope=command` prevents.
+#[test]
+fn a_late_write_with_a_completed_reads_key_lands_only_with_login_scope() {
+    use crate::wire::target::RkeyScope;
+    for scope in [RkeyScope::Command, RkeyScope::Login] {
+        let (mut ch, bufs) = setup(16);
+        ch.transport().rkey_scope = scope;
+        ch.transport().disk[..4096].fill(0xab);
+        let (key, va, _) = read_tag0(&mut ch, &bufs);
+        let landed = ch.transport().rdma_write(key, va, &[0x66; 512]);
+        drain(&mut ch);
+        let buf = ch.transport().buf(bufs[0])[..4096].to_vec();
+        match scope {
+            RkeyScope::Command => {
+                assert!(!landed);
+                assert!(buf.iter().all(|&b| b == 0xab), "the read's data is intact");
+                assert_eq!(ch.transport().access_errors, 1);
+                assert!(
+                    matches!(ch.down(), Some(DownReason::Completion { .. })),
+                    "{:?}",
+                    ch.down()
+                );
+            }
+            RkeyScope::Login => {
+                assert!(landed);
+                assert_eq!(
+                    &buf[..512],
+                    &[0x66; 512],
+                    "the late write corrupted the buffer"
+                );
+                assert!(ch.down().is_none());
+            }
+        }
+    }
+}
+
+/// An outstanding command's window opens its buffer in one direction, over its byte range, and
+/// a new command on the same tag gets a new key.
+#[test]
+fn a_window_opens_one_direction_over_one_range_with_a_key_per_command() {
+    let (mut ch, bufs) = setup(16);
+    let first = read_tag0(&mut ch, &bufs);
+    let second = read_tag0(&mut ch, &bufs);
+    assert_ne!(first.0, second.0, "a key per command");
+    assert_ne!(first.0, bufs[0].rkey, "never the registration's key");
+
+    let held = |op| {
+        let (mut ch, bufs) = setup(16);
+        ch.transport().faults.hold_rsps = true;
+        io(&mut ch, &bufs, 1, op, 0, 65536);
+        drain(&mut ch);
+        let d = ch.transport().last_direct.expect("a direct descriptor");
+        (ch, d)
+    };
+    // a write (data-out) is open to RDMA READ only
+    let (mut ch, (key, va, len)) = held(BlockOp::Write { fua: false });
+    assert_eq!(len, 65536);
+    assert!(!ch.transport().rdma_write(key, va, &[1; 16]));
+    // a read (data-in) is open to RDMA WRITE inside its range only
+    let (mut ch2, (key, va, len)) = held(BlockOp::Read);
+    assert!(ch2
+        .transport()
+        .rdma_write(key, va + u64::from(len) - 16, &[2; 16]));
+    assert!(!ch2
+        .transport()
+        .rdma_write(key, va + u64::from(len) - 8, &[2; 16]));
+    drain(&mut ch);
+    drain(&mut ch2);
+    assert!(ch.down().is_some() && ch2.down().is_some());
+}

@@ -33,7 +33,7 @@ pub(super) fn event_name(kind: rdma_cm_event_type::Type) -> String {
         .into_owned()
 }
 
-pub(super) fn set_nonblocking(fd: RawFd) -> Result<(), RdmaError> {
+pub(crate) fn set_nonblocking(fd: RawFd) -> Result<(), RdmaError> {
     // SAFETY: fcntl on a file descriptor we own; F_GETFL/F_SETFL take and return plain ints.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     // SAFETY: as above.
@@ -43,7 +43,7 @@ pub(super) fn set_nonblocking(fd: RawFd) -> Result<(), RdmaError> {
     Ok(())
 }
 
-pub(super) fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
+pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,

@@ -1,25 +1,42 @@
 //! The endpoint as the channel engine's [`Transport`]: posts, polls and the completion channel.
 
-use super::{Endpoint, WR_RECV, WR_SEND};
-use crate::channel::{DataBuf, PortDown, Transport, TransportError, Wc, WcKind, WcStatus};
+use super::{Endpoint, WR_RECV, WR_SEND, WR_WINDOW};
+use crate::channel::{
+    DataBuf, PortDown, RemoteAccess, Transport, TransportError, Wc, WcKind, WcStatus,
+};
 use crate::rdma::TagBufs;
 use rdma_sys::*;
 use std::os::fd::RawFd;
 use std::ptr::null_mut;
 
-/// A SEND queued for the next [`Transport::flush_sends`]: its work request and gather list (linked
-/// when the chain is posted).
+/// A work request queued for the next [`Transport::flush_sends`]: a SEND with its gather list
+/// (linked when the chain is posted), or a memory window's bind or invalidation.
 pub(super) struct Queued {
-    wr: ibv_send_wr,
+    pub(super) wr: ibv_send_wr,
     sge: [ibv_sge; 2],
+    /// The window this request binds, if it is a bind.
+    pub(super) bound: Option<u16>,
 }
 
-pub(super) fn data_access() -> ibv_access_flags {
-    ibv_access_flags(
-        ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0,
-    )
+impl Queued {
+    /// An unsignalled request without data: the caller fills in what its opcode uses.
+    pub(super) fn empty(wr_id: u64, opcode: ibv_wr_opcode::Type) -> Queued {
+        // SAFETY: ibv_send_wr is a plain C struct (with unions); all-zero is valid before the
+        // fields an opcode uses are set.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.opcode = opcode;
+        let sge = ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        Queued {
+            wr,
+            sge: [sge; 2],
+            bound: None,
+        }
+    }
 }
 
 /// The state of a local port from sysfs ("4: ACTIVE"), when the device has one.
@@ -29,7 +46,7 @@ pub(super) fn port_state(device: &str, port: u8) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-fn closed(op: &'static str) -> TransportError {
+pub(super) fn closed(op: &'static str) -> TransportError {
     TransportError {
         op,
         detail: "the channel is stopped (reconnecting)".into(),
@@ -58,6 +75,60 @@ impl Endpoint {
         // SAFETY: the event came from our only CQ; acked at once, the count stays even.
         unsafe { ibv_ack_cq_events(cq, 1) };
         true
+    }
+}
+
+impl Endpoint {
+    /// Queues `q` for the next post; posts at once when the chain is as long as the send queue
+    /// holds commands.
+    pub(super) fn queue(&mut self, q: Queued) -> Result<(), TransportError> {
+        self.chain.push(q);
+        if self.chain.len() >= usize::from(self.nr_send) {
+            return self.flush_chain();
+        }
+        Ok(())
+    }
+
+    /// Posts the queued work requests as one list: one doorbell (on rxe one system call).
+    pub(super) fn flush_chain(&mut self) -> Result<(), TransportError> {
+        if self.chain.is_empty() {
+            return Ok(());
+        }
+        let mut chain = std::mem::take(&mut self.chain);
+        if self.closed || self.quiesced {
+            self.windows_posted(&chain, false);
+            chain.clear();
+            self.chain = chain;
+            return Err(closed("ibv_post_send"));
+        }
+        let n = chain.len();
+        let base = chain.as_mut_ptr();
+        for i in 0..n {
+            // SAFETY: i < n = len: each pointer is to an element of `chain`, which is not resized
+            // until the post below has returned.
+            unsafe {
+                let q = base.add(i);
+                (*q).wr.sg_list = (*q).sge.as_mut_ptr();
+                (*q).wr.next = if i + 1 < n {
+                    &mut (*base.add(i + 1)).wr
+                } else {
+                    null_mut()
+                };
+            }
+        }
+        let mut bad = null_mut();
+        // SAFETY: the QP is valid; the linked work requests and their gather lists live in `chain`
+        // across the call (the provider copies them into the send queue). The slots' bytes and any
+        // immediate data buffers are registered memory the engine leaves untouched until each
+        // slot's send completion (its tag stays busy); a bind names a window and a region of ours.
+        let rc = unsafe { ibv_post_send((*self.id).qp, &mut (*base).wr, &mut bad) };
+        self.windows_posted(&chain, rc == 0);
+        chain.clear();
+        self.chain = chain;
+        if rc != 0 {
+            return Err(terr("ibv_post_send", rc));
+        }
+        Ok(())
     }
 }
 
@@ -106,56 +177,17 @@ impl Transport for Endpoint {
             };
             n = 2;
         }
-        // SAFETY: ibv_send_wr is a plain C struct (with unions); all-zero is valid before the fields
-        // a SEND uses are set.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = WR_SEND | u64::from(slot);
-        wr.num_sge = n;
-        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let mut q = Queued::empty(WR_SEND | u64::from(slot), ibv_wr_opcode::IBV_WR_SEND);
+        q.wr.num_sge = n;
+        q.wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        q.sge = sge;
         // posted with the others of this pass by `flush_sends`: one doorbell (on rxe one system
         // call) for every command a loop pass sends
-        self.chain.push(Queued { wr, sge });
-        if self.chain.len() >= usize::from(self.nr_send) {
-            return self.flush_sends();
-        }
-        Ok(())
+        self.queue(q)
     }
 
     fn flush_sends(&mut self) -> Result<(), TransportError> {
-        if self.chain.is_empty() {
-            return Ok(());
-        }
-        if self.closed || self.quiesced {
-            self.chain.clear();
-            return Err(closed("ibv_post_send"));
-        }
-        let n = self.chain.len();
-        let base = self.chain.as_mut_ptr();
-        for i in 0..n {
-            // SAFETY: i < n = len: each pointer is to an element of `chain`, which is not resized
-            // until the post below has returned.
-            unsafe {
-                let q = base.add(i);
-                (*q).wr.sg_list = (*q).sge.as_mut_ptr();
-                (*q).wr.next = if i + 1 < n {
-                    &mut (*base.add(i + 1)).wr
-                } else {
-                    null_mut()
-                };
-            }
-        }
-        let mut bad = null_mut();
-        // SAFETY: the QP is valid; the linked work requests and their gather lists live in `chain`
-        // across the call (the provider copies them into the send queue). The slots' bytes and any
-        // immediate data buffers are registered memory the engine leaves untouched until each
-        // slot's send completion (its tag stays busy).
-        let rc = unsafe { ibv_post_send((*self.id).qp, &mut (*base).wr, &mut bad) };
-        self.chain.clear();
-        if rc != 0 {
-            return Err(terr("ibv_post_send", rc));
-        }
-        Ok(())
+        self.flush_chain()
     }
 
     fn recv_buf(&self, idx: u16) -> &[u8] {
@@ -213,6 +245,8 @@ impl Transport for Endpoint {
         for (o, w) in out.iter_mut().zip(&self.raw_wcs[..n as usize]) {
             let kind = if w.wr_id & WR_RECV != 0 {
                 WcKind::Recv
+            } else if w.wr_id & WR_WINDOW != 0 {
+                WcKind::Window
             } else {
                 WcKind::Send
             };
@@ -240,6 +274,19 @@ impl Transport for Endpoint {
 
     fn forget_bufs(&mut self) {
         self.forget_tag_bufs();
+    }
+
+    fn open_window(
+        &mut self,
+        win: u16,
+        buf: DataBuf,
+        access: RemoteAccess,
+    ) -> Result<DataBuf, TransportError> {
+        self.bind_window(win, buf, access)
+    }
+
+    fn close_window(&mut self, win: u16) {
+        self.invalidate_window(win);
     }
 
     fn stop(&mut self) {

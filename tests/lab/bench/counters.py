@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The table of `just bench counters`: per case, the median over rounds of srp-ublk's and ib_srp's
+"""The table of `just bench counters`: per case and srp-ublk variant (srp_ublk: the default
+rkey_scope=command; srp_ublk_login: rkey_scope=login), the median over rounds of its and ib_srp's
 IOPS, the per-round ratio srp-ublk / ib_srp (median and range), and per I/O: srp-ublk's daemon system
 calls, context switches and CPU time, and the whole guest's CPU time for each initiator.
 
@@ -41,33 +42,36 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 table = {}
-print("| case | srp-ublk IOPS | ib_srp IOPS | ratio (median, range) | syscalls/IO | cs/IO | daemon CPU us/IO | guest CPU us/IO srp-ublk / ib_srp |")
-print("|---|---|---|---|---|---|---|---|")
+print("| case | initiator | IOPS | ib_srp IOPS | ratio (median, range) | syscalls/IO | cs/IO | daemon CPU us/IO | guest CPU us/IO srp-ublk / ib_srp |")
+print("|---|---|---|---|---|---|---|---|---|")
 for case, by in runs.items():
-    s, k = by.get("srp_ublk", {}), by.get("ib_srp", {})
-    rounds = sorted(set(s) & set(k))
-    ratios = [s[r]["iops"] / k[r]["iops"] for r in rounds if k[r]["iops"] > 0]
-    m = lambda d, key: med([d[r][key] for r in d if key in d[r]])
-    row = {
-        "rounds": len(rounds),
-        "srp_ublk_iops": m(s, "iops"),
-        "ib_srp_iops": m(k, "iops"),
-        "ratio_median": med(ratios),
-        "ratio_min": min(ratios) if ratios else None,
-        "ratio_max": max(ratios) if ratios else None,
-        "syscalls_per_io": m(s, "syscalls_per_io"),
-        "cs_per_io": m(s, "cs_per_io"),
-        "daemon_cpu_us_per_io": m(s, "daemon_cpu_us_per_io"),
-        "guest_cpu_us_per_io_srp_ublk": m(s, "guest_cpu_us_per_io"),
-        "guest_cpu_us_per_io_ib_srp": m(k, "guest_cpu_us_per_io"),
-    }
-    table[case] = row
-    print(
-        f"| {case} | {row['srp_ublk_iops']:.0f} | {row['ib_srp_iops']:.0f} | "
-        f"{row['ratio_median']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f}) | "
-        f"{row['syscalls_per_io']:.2f} | {row['cs_per_io']:.2f} | {row['daemon_cpu_us_per_io']:.1f} | "
-        f"{row['guest_cpu_us_per_io_srp_ublk']:.0f} / {row['guest_cpu_us_per_io_ib_srp']:.0f} |"
-    )
+    k = by.get("ib_srp", {})
+    # srp_ublk: the default rkey_scope (command); srp_ublk_login: login-wide registrations
+    for ini in sorted(i for i in by if i.startswith("srp_ublk")):
+        s = by[ini]
+        rounds = sorted(set(s) & set(k))
+        ratios = [s[r]["iops"] / k[r]["iops"] for r in rounds if k[r]["iops"] > 0]
+        m = lambda d, key: med([d[r][key] for r in d if key in d[r]])
+        row = {
+            "rounds": len(rounds),
+            "srp_ublk_iops": m(s, "iops"),
+            "ib_srp_iops": m(k, "iops"),
+            "ratio_median": med(ratios),
+            "ratio_min": min(ratios) if ratios else None,
+            "ratio_max": max(ratios) if ratios else None,
+            "syscalls_per_io": m(s, "syscalls_per_io"),
+            "cs_per_io": m(s, "cs_per_io"),
+            "daemon_cpu_us_per_io": m(s, "daemon_cpu_us_per_io"),
+            "guest_cpu_us_per_io_srp_ublk": m(s, "guest_cpu_us_per_io"),
+            "guest_cpu_us_per_io_ib_srp": m(k, "guest_cpu_us_per_io"),
+        }
+        table[case if ini == "srp_ublk" else f"{case} {ini}"] = row
+        print(
+            f"| {case} | {ini} | {row['srp_ublk_iops']:.0f} | {row['ib_srp_iops']:.0f} | "
+            f"{row['ratio_median']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f}) | "
+            f"{row['syscalls_per_io']:.2f} | {row['cs_per_io']:.2f} | {row['daemon_cpu_us_per_io']:.1f} | "
+            f"{row['guest_cpu_us_per_io_srp_ublk']:.0f} / {row['guest_cpu_us_per_io_ib_srp']:.0f} |"
+        )
 meta = dict(l.strip().split("=", 1) for l in open(os.path.join(raw, "meta")) if "=" in l)
 with open(out_json, "w") as fh:
     json.dump({"meta": meta, "cases": table}, fh, indent=1)

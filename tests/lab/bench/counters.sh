@@ -6,7 +6,7 @@
 # tests/lab/bench/counters.py makes the table (per-round ratios, their median and range).
 #
 # Knobs (the host prepends them): BENCH_ROUNDS (5), BENCH_SECS (10, after 1 s ramp), BENCH_QUEUES (2),
-# BENCH_DEPTH (64), BENCH_CASES.
+# BENCH_DEPTH (64), BENCH_CASES, BENCH_SCOPES (the rkey scopes srp-ublk runs with, "command login").
 set -u
 ROUNDS=${BENCH_ROUNDS:-5}
 SECS=${BENCH_SECS:-10}
@@ -49,20 +49,33 @@ run() {
 echo "counters: $(uname -r), $(nproc) vCPUs, rounds=$ROUNDS secs=$SECS queues=$QUEUES depth=$DEPTH"
 { echo "kernel=$(uname -r)"; echo "rounds=$ROUNDS"; echo "secs=$SECS"; echo "queues=$QUEUES";
   echo "depth=$DEPTH"; echo "vcpus=$(nproc)"; echo "version=$(srp-ublk --version)"; } > "$OUT/meta"
-dev=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH") || die "srp-ublk add failed"
+# srp-ublk with each rkey scope (BENCH_SCOPES, default "command login"): srp_ublk is the default
+# (command: a memory window per command), srp_ublk_login the login-wide registration
+SCOPES=${BENCH_SCOPES:-"command login"}
+inis=
+for scope in $SCOPES; do
+    d=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH" --rkey-scope "$scope") ||
+        die "srp-ublk add --rkey-scope $scope failed"
+    p=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${d#/dev/}.json" | grep -o '[0-9]*$')
+    [ -n "$p" ] || die "no daemon pid in /run/srp-ublk/${d#/dev/}.json"
+    name=srp_ublk; [ "$scope" = command ] || name=srp_ublk_$scope
+    inis="$inis $name:$d:$p"
+    echo "counters: srp-ublk rkey_scope=$scope $d (daemon $p) as $name"
+done
 sd=$(lab-ref-attach "ch_count=$QUEUES,queue_size=$((DEPTH + 1))") || die "lab-ref-attach failed"
-pid=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${dev#/dev/}.json" | grep -o '[0-9]*$')
-[ -n "$pid" ] || die "no daemon pid in /run/srp-ublk/${dev#/dev/}.json"
-echo "counters: srp-ublk $dev (daemon $pid), ib_srp $sd"
+inis="$inis ib_srp:$sd:"
+echo "counters: ib_srp $sd"
+# each round runs every initiator, starting one further along the list than the round before
+n=$(echo $inis | wc -w)
 for r in $(seq "$ROUNDS"); do
     for c in $CASES; do
-        if [ $((r % 2)) = 1 ]; then
-            run "$c" srp_ublk "$r" "$dev" "$pid"
-            run "$c" ib_srp "$r" "$sd"
-        else
-            run "$c" ib_srp "$r" "$sd"
-            run "$c" srp_ublk "$r" "$dev" "$pid"
-        fi
+        i=0
+        while [ $i -lt "$n" ]; do
+            e=$(echo $inis | cut -d' ' -f$(( (r + i) % n + 1 )))
+            ini=${e%%:*}; rest=${e#*:}
+            run "$c" "$ini" "$r" "${rest%%:*}" "${rest#*:}"
+            i=$((i + 1))
+        done
     done
 done
 srp-ublk del --all >/dev/null || die "srp-ublk del failed"

@@ -14,7 +14,7 @@ job=$(mktemp /tmp/srp-ublk-bench.XXXXXX.sh)
 trap 'rm -f "$job"' EXIT
 {
     echo '#!/bin/sh'
-    for v in BENCH_ROUNDS BENCH_SECS BENCH_QUEUES BENCH_DEPTH BENCH_CASES BENCH_MODES; do
+    for v in BENCH_ROUNDS BENCH_SECS BENCH_QUEUES BENCH_DEPTH BENCH_CASES BENCH_MODES BENCH_SCOPES; do
         [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
     done
     if [ "$WHAT" = counters ]; then cat "$HERE/counters.sh"; else cat "$HERE/guest.sh"; fi

@@ -1,0 +1,185 @@
+//! Per-command remote access (`rkey_scope=command`): one type 2 memory window per tag, bound to
+//! the command's byte range in the command's direction by a work request queued ahead of its
+//! SEND, and invalidated locally (unsignalled) with the next post once its response is in. The
+//! data buffers themselves are registered for local access and window binding only, so no key
+//! the target ever saw reaches a buffer after its command: a late or stray RDMA fails at the
+//! target with a remote access error (and the channel reconnects).
+//!
+//! The windows' work requests are unsignalled: a completion comes only when one fails or is
+//! flushed ([`WcKind::Window`](crate::channel::WcKind::Window)).
+
+use super::transport::{closed, Queued};
+use super::{Endpoint, WR_WINDOW};
+use crate::channel::{DataBuf, RemoteAccess, TransportError};
+use crate::rdma::RdmaError;
+use crate::wire::target::RkeyScope;
+use rdma_sys::*;
+use std::ptr::null_mut;
+
+/// One tag's memory window.
+pub(super) struct Window {
+    mw: *mut ibv_mw,
+    /// The key of the last bind we queued (the provider's `mw.rkey` follows once it is posted).
+    rkey: u32,
+    /// Bound (or a bind queued) and not yet invalidated.
+    open: bool,
+    /// A bind of this window is in the unposted chain.
+    in_chain: bool,
+}
+
+/// The next key of a type 2 window: the low 8 bits are ours to change on every bind
+/// (`ibv_inc_rkey`), so a key the target saw for one command never opens the next.
+fn next_key(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
+/// The access flags for data buffers (and the scratch buffer) under `scope`.
+pub(super) fn data_access(scope: RkeyScope) -> ibv_access_flags {
+    let remote = match scope {
+        RkeyScope::Command => ibv_access_flags::IBV_ACCESS_MW_BIND.0,
+        RkeyScope::Login => {
+            ibv_access_flags::IBV_ACCESS_REMOTE_READ.0 | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+        }
+    };
+    ibv_access_flags(ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 | remote)
+}
+
+impl Endpoint {
+    /// Allocates `n` windows on the endpoint's PD (command scope only).
+    pub(super) fn alloc_windows(&mut self, n: u16) -> Result<(), RdmaError> {
+        if self.scope != RkeyScope::Command {
+            return Ok(());
+        }
+        for _ in 0..n {
+            // SAFETY: pd is valid (allocated in create_queues); the result is checked.
+            let mw =
+                unsafe { ibv_alloc_mw(self.pd, ibv_mw_type::IBV_MW_TYPE_2) }.unwrap_or(null_mut());
+            if mw.is_null() {
+                return Err(RdmaError::NoWindows {
+                    device: self.device.clone(),
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            // SAFETY: mw is a valid window just allocated.
+            let rkey = unsafe { (*mw).rkey };
+            self.windows.push(Window {
+                mw,
+                rkey,
+                open: false,
+                in_chain: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// Deallocates every window, bound or not (a bound window holds its memory region: the
+    /// regions can be deregistered only after this).
+    pub(super) fn free_windows(&mut self) {
+        for w in self.windows.drain(..) {
+            // SAFETY: w.mw is a window of ours, deallocated once; no work request that names it
+            // can still execute (the QP is stopped, or nothing is in flight and the chain is
+            // empty).
+            unsafe { ibv_dealloc_mw(w.mw) };
+        }
+    }
+
+    /// The memory region a descriptor's local key belongs to (tag `win`'s own buffer first).
+    fn region(&self, win: u16, lkey: u32) -> Option<*mut ibv_mr> {
+        // SAFETY: every pointer in data_mrs and scratch_mr is a valid MR of ours (or null).
+        let key = |mr: &*mut ibv_mr| !mr.is_null() && unsafe { (**mr).lkey } == lkey;
+        if let Some(&mr) = self.data_mrs.get(usize::from(win)).filter(|mr| key(mr)) {
+            return Some(mr);
+        }
+        self.data_mrs
+            .iter()
+            .copied()
+            .chain([self.scratch_mr])
+            .find(key)
+    }
+
+    /// [`Transport::open_window`](crate::channel::Transport::open_window) for the endpoint.
+    pub(super) fn bind_window(
+        &mut self,
+        win: u16,
+        buf: DataBuf,
+        access: RemoteAccess,
+    ) -> Result<DataBuf, TransportError> {
+        if self.scope == RkeyScope::Login || buf.len == 0 {
+            return Ok(buf);
+        }
+        if self.closed || self.quiesced {
+            return Err(closed("bind memory window"));
+        }
+        let bad = |detail: String| TransportError {
+            op: "bind memory window",
+            detail,
+        };
+        let mr = self
+            .region(win, buf.lkey)
+            .ok_or_else(|| bad(format!("no registration has local key {:#x}", buf.lkey)))?;
+        let w = self
+            .windows
+            .get(usize::from(win))
+            .ok_or_else(|| bad(format!("no window for tag {win}")))?;
+        if w.in_chain {
+            // the provider reads the window's current key when the chain is posted
+            self.flush_chain()?;
+        }
+        self.invalidate_window(win);
+        let w = &mut self.windows[usize::from(win)];
+        w.rkey = next_key(w.rkey);
+        (w.open, w.in_chain) = (true, true);
+        let mw_access = match access {
+            RemoteAccess::Read => ibv_access_flags::IBV_ACCESS_REMOTE_READ.0,
+            RemoteAccess::Write => ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0,
+        };
+        let mut q = Queued::empty(WR_WINDOW | u64::from(win), ibv_wr_opcode::IBV_WR_BIND_MW);
+        q.wr.bind_mw_tso_union.bind_mw = bind_mw_t {
+            mw: w.mw,
+            rkey: w.rkey,
+            bind_info: ibv_mw_bind_info {
+                mr,
+                addr: buf.addr,
+                length: u64::from(buf.len),
+                mw_access_flags: mw_access,
+            },
+        };
+        q.bound = Some(win);
+        let rkey = w.rkey;
+        self.queue(q)?;
+        Ok(DataBuf { rkey, ..buf })
+    }
+
+    /// [`Transport::close_window`](crate::channel::Transport::close_window) for the endpoint.
+    pub(super) fn invalidate_window(&mut self, win: u16) {
+        let Some(w) = self.windows.get_mut(usize::from(win)) else {
+            return;
+        };
+        if !w.open {
+            return;
+        }
+        w.open = false;
+        if self.closed || self.quiesced {
+            // the QP is in the error state: nothing reaches the buffer any more
+            return;
+        }
+        let mut q = Queued::empty(WR_WINDOW | u64::from(win), ibv_wr_opcode::IBV_WR_LOCAL_INV);
+        q.wr.imm_data_invalidated_rkey_union.invalidated_rkey = w.rkey;
+        // a failure to post takes the channel down at the next flush, which stops the QP
+        let _ = self.queue(q);
+    }
+
+    /// After a chain was posted (or dropped): the provider's key of every window bound in it is
+    /// the one we chose.
+    pub(super) fn windows_posted(&mut self, chain: &[Queued], posted: bool) {
+        for win in chain.iter().filter_map(|q| q.bound) {
+            let w = &mut self.windows[usize::from(win)];
+            w.in_chain = false;
+            if posted {
+                // SAFETY: w.mw is a valid window of ours; the provider reads `rkey` only while
+                // posting a bind, which is not happening now (one thread owns the endpoint).
+                unsafe { (*w.mw).rkey = w.rkey };
+            }
+        }
+    }
+}
