@@ -9,6 +9,17 @@
 //! - `stale-read`: when a WRITE(16) of at least `--min-bytes` arrives for a buffer an earlier read
 //!   completed in, it first RDMA-reads that buffer under the earlier read's key.
 //!
+//! and, on the first READ(16) of at least `--min-bytes`, with the IUs it sends:
+//!
+//! - `wrong-tag`: answers a tag the initiator never sent first, then the right one;
+//! - `stale-tag`: answers the tag of the last completed command first, then the right one;
+//! - `twice`: answers the command twice;
+//! - `overlong`: answers with an SRP_RSP whose sense length runs past the IU (and nothing else);
+//! - `credits`: every answer grants 2^30 credits (req_lim would overflow);
+//! - `flood`: after its answer, sends 300 SRP_CRED_REQ and 300 SRP_AER_REQ;
+//! - `logout`: sends SRP_T_LOGOUT right after every login (this one on every login);
+//! - `silent`: answers no command at all (on every login).
+//!
 //! (The size keeps the attack off the kernel's 4 KiB partition-table reads, which land in the page
 //! cache, and on the test's own 64 KiB direct reads and writes.)
 //!
@@ -21,8 +32,8 @@
 
 use srp_ublk::rdma::listener::{Incoming, Listener, OpFailed, Peer, RECV_BYTES};
 use srp_ublk::wire::srp::{
-    parse_initiator_iu, BufFormats, DataDesc, InitiatorIu, LoginReq, LoginRsp, RspFlags, SrpRsp,
-    TskMgmt,
+    parse_initiator_iu, AerReq, BufFormats, CredReq, DataDesc, InitiatorIu, LoginReq, LoginRsp,
+    RspFlags, ScsiLun, SrpRsp, TLogout, TLogoutReason, TskMgmt,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -35,7 +46,29 @@ enum Case {
     None,
     LateWrite,
     StaleRead,
+    WrongTag,
+    StaleTag,
+    Twice,
+    Overlong,
+    Credits,
+    Flood,
+    Logout,
+    Silent,
 }
+
+const CASES: [(&str, Case); 11] = [
+    ("none", Case::None),
+    ("late-write", Case::LateWrite),
+    ("stale-read", Case::StaleRead),
+    ("wrong-tag", Case::WrongTag),
+    ("stale-tag", Case::StaleTag),
+    ("twice", Case::Twice),
+    ("overlong", Case::Overlong),
+    ("credits", Case::Credits),
+    ("flood", Case::Flood),
+    ("logout", Case::Logout),
+    ("silent", Case::Silent),
+];
 
 struct Target {
     disk: Vec<u8>,
@@ -45,6 +78,8 @@ struct Target {
     attacked: bool,
     /// The least transfer an attack is made on.
     min_bytes: u32,
+    /// The tag of the last command answered.
+    last_tag: Option<u64>,
 }
 
 /// What a command's execution ends with.
@@ -158,10 +193,10 @@ impl Target {
         }
     }
 
-    fn execute(&mut self, p: &mut Peer, iu: &[u8]) -> Option<(u64, Outcome)> {
+    fn execute(&mut self, p: &mut Peer, iu: &[u8]) -> Option<(u64, Outcome, bool)> {
         let cmd = match parse_initiator_iu(iu, IMM_DATA_OFFSET) {
             Ok(InitiatorIu::Cmd(c)) => c,
-            Ok(InitiatorIu::TskMgmt(t)) => return Some(tmf(t)),
+            Ok(InitiatorIu::TskMgmt(t)) => return Some((t.tag, tmf(t), false)),
             Ok(_) => return None,
             Err(e) => {
                 eprintln!("hostile: an IU that does not decode: {e}");
@@ -170,6 +205,8 @@ impl Target {
         };
         let c = &cmd.cmd;
         let cdb = c.cdb;
+        let big_read =
+            cdb[0] == 0x88 && matches!(c.data_in, DataDesc::Direct(d) if d.len >= self.min_bytes);
         let out = match cdb[0] {
             0x00 | 0x91 => good(),
             0x12 => match inquiry(cdb) {
@@ -201,16 +238,96 @@ impl Target {
             },
             _ => check(5, 0x20),
         };
-        Some((c.tag, out))
+        Some((c.tag, out, big_read))
+    }
+
+    /// Sends the answer to `tag`, misbehaving as the case says.
+    fn answer(
+        &mut self,
+        p: &mut Peer,
+        tag: u64,
+        status: u8,
+        sense: &[u8],
+        big_read: bool,
+    ) -> Result<(), OpFailed> {
+        let delta = if self.case == Case::Credits {
+            1 << 30
+        } else {
+            1
+        };
+        let attack = big_read && !self.attacked;
+        let last = self.last_tag.replace(tag);
+        if !attack {
+            return respond(p, tag, status, sense, delta);
+        }
+        self.attacked = true;
+        match self.case {
+            Case::WrongTag => {
+                eprintln!(
+                    "hostile: wrong-tag: answering tag {:#x} (never sent) before {tag:#x}",
+                    tag | 1 << 40
+                );
+                respond(p, tag | 1 << 40, 0, &[], 1)?;
+            }
+            Case::StaleTag => {
+                let stale = last.unwrap_or(tag ^ 0x10000);
+                eprintln!("hostile: stale-tag: answering tag {stale:#x} (already answered) before {tag:#x}");
+                respond(p, stale, 0, &[], 1)?;
+            }
+            Case::Twice => {
+                eprintln!("hostile: twice: answering tag {tag:#x} twice");
+                respond(p, tag, status, sense, delta)?;
+            }
+            Case::Overlong => {
+                eprintln!(
+                    "hostile: overlong: answering tag {tag:#x} with a sense length past the IU"
+                );
+                let mut buf = [0u8; 64];
+                let n = SrpRsp::good(tag, 1).encode(&mut buf).expect("fits");
+                // flags (byte 18): sense valid; sense_data_len (bytes 28..32): past the IU
+                buf[18] |= RspFlags::SNSVALID;
+                buf[28..32].copy_from_slice(&4096u32.to_be_bytes());
+                return p.send(&buf[..n]);
+            }
+            Case::Flood => {
+                respond(p, tag, status, sense, delta)?;
+                eprintln!("hostile: flood: 300 SRP_CRED_REQ and 300 SRP_AER_REQ");
+                let sense = [0x70, 0, 6, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x2a, 9];
+                for i in 0..300u64 {
+                    p.send(
+                        &CredReq {
+                            sol_not: 0,
+                            req_lim_delta: 0,
+                            tag: i,
+                        }
+                        .encode(),
+                    )?;
+                    let mut aer = [0u8; 64];
+                    let aer_req = AerReq {
+                        sol_not: 0,
+                        req_lim_delta: 0,
+                        tag: 1000 + i,
+                        lun: ScsiLun::from_int(0),
+                        sense: &sense,
+                    };
+                    let n = aer_req.encode(&mut aer).expect("fits");
+                    p.send(&aer[..n])?;
+                }
+                return Ok(());
+            }
+            Case::Credits => eprintln!("hostile: credits: every answer grants {delta} credits"),
+            _ => {}
+        }
+        respond(p, tag, status, sense, delta)
     }
 }
 
-fn tmf(t: TskMgmt) -> (u64, Outcome) {
+fn tmf(t: TskMgmt) -> Outcome {
     eprintln!(
         "hostile: task management {:?} for tag {:#x}",
         t.func, t.task_tag
     );
-    (t.tag, Outcome::Status(0, Vec::new()))
+    Outcome::Status(0, Vec::new())
 }
 
 fn verdict<T>(r: &Result<T, OpFailed>) -> String {
@@ -220,7 +337,7 @@ fn verdict<T>(r: &Result<T, OpFailed>) -> String {
     }
 }
 
-fn respond(p: &mut Peer, tag: u64, status: u8, sense: &[u8]) -> Result<(), OpFailed> {
+fn respond(p: &mut Peer, tag: u64, status: u8, sense: &[u8], delta: i32) -> Result<(), OpFailed> {
     let rsp = SrpRsp {
         flags: RspFlags(if sense.is_empty() {
             0
@@ -229,7 +346,7 @@ fn respond(p: &mut Peer, tag: u64, status: u8, sense: &[u8]) -> Result<(), OpFai
         }),
         status,
         sense,
-        ..SrpRsp::good(tag, 1)
+        ..SrpRsp::good(tag, delta)
     };
     let mut buf = [0u8; 256];
     let n = rsp
@@ -281,11 +398,14 @@ fn serve(t: &mut Target, peer: &mut Option<Peer>) {
                 return;
             }
         };
-        let Some((tag, out)) = t.execute(p, &iu) else {
+        if t.case == Case::Silent {
+            continue;
+        }
+        let Some((tag, out, big_read)) = t.execute(p, &iu) else {
             continue;
         };
         let sent = match out {
-            Outcome::Status(status, sense) => respond(p, tag, status, &sense),
+            Outcome::Status(status, sense) => t.answer(p, tag, status, &sense, big_read),
             Outcome::Lost(e) => Err(e),
         };
         if let Err(e) = sent {
@@ -293,6 +413,23 @@ fn serve(t: &mut Target, peer: &mut Option<Peer>) {
             *peer = None;
             return;
         }
+    }
+}
+
+/// Sends SRP_T_LOGOUT on the connection just established.
+fn logout(peer: &mut Option<Peer>) {
+    let Some(p) = peer.as_mut() else {
+        return;
+    };
+    let iu = TLogout {
+        sol_not: 0,
+        reason: TLogoutReason::NoReason,
+        tag: 0,
+    };
+    eprintln!("hostile: logout: SRP_T_LOGOUT right after the login");
+    if let Err(e) = p.send(&iu.encode()) {
+        eprintln!("hostile: {e}");
+        *peer = None;
     }
 }
 
@@ -305,14 +442,11 @@ fn main() {
             .cloned()
     };
     let listen = arg("--listen").unwrap_or_else(|| "10.77.0.1:5556".into());
-    let case = match arg("--case").as_deref().unwrap_or("none") {
-        "none" => Case::None,
-        "late-write" => Case::LateWrite,
-        "stale-read" => Case::StaleRead,
-        other => {
-            eprintln!("hostile: unknown --case {other}: none, late-write or stale-read");
-            std::process::exit(2);
-        }
+    let name = arg("--case").unwrap_or_else(|| "none".into());
+    let Some(&(_, case)) = CASES.iter().find(|(n, _)| *n == name) else {
+        let names: Vec<&str> = CASES.iter().map(|(n, _)| *n).collect();
+        eprintln!("hostile: unknown --case {name}: {}", names.join(", "));
+        std::process::exit(2);
     };
     let mib: usize = arg("--mib").and_then(|m| m.parse().ok()).unwrap_or(64);
     let min_bytes: u32 = arg("--min-bytes")
@@ -339,6 +473,7 @@ fn main() {
         read_keys: HashMap::new(),
         attacked: false,
         min_bytes,
+        last_tag: None,
     };
     let mut peer: Option<Peer> = None;
     loop {
@@ -347,6 +482,10 @@ fn main() {
                 // one connection at a time: a new login replaces the old one
                 peer = accept(p, &private);
                 t.read_keys.clear();
+                if case == Case::Logout {
+                    // the QP sends once accepted: this reaches the initiator before any answer
+                    logout(&mut peer);
+                }
             }
             Ok(Some(Incoming::Event { name, ends, conn })) => {
                 eprintln!("hostile: {name}");

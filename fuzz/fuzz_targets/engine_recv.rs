@@ -47,22 +47,22 @@ fuzz_target!(|data: &[u8]| {
                 if !outstanding[usize::from(tag)] && ch.submit(u16::from(tag), cmd).is_ok() {
                     outstanding[usize::from(tag)] = true;
                     ch.flush();
-                    if let Some((key, va, _)) = ch.transport().last_direct {
+                    if let Some((key, va, _)) = ch.test_transport().last_direct {
                         keys.push((key, va, usize::from(tag)));
                     }
                 }
             }
-            1 => ch.transport().inject(payload.to_vec()),
+            1 => ch.test_transport().inject(payload.to_vec()),
             2 => {
                 if let Some(&(key, va, tag)) = keys.get(usize::from(arg) % keys.len().max(1)) {
-                    let landed = ch.transport().rdma_write(key, va, &payload[1.min(n)..]);
+                    let landed = ch.test_transport().rdma_write(key, va, &payload[1.min(n)..]);
                     assert!(
                         !landed || outstanding[tag],
                         "a stray write landed in tag {tag}'s buffer with no command outstanding"
                     );
                 }
             }
-            3 => ch.transport().release_held(),
+            3 => ch.test_transport().release_held(),
             _ => {
                 now += u64::from(arg) * 250;
                 ch.tick(now);

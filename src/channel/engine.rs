@@ -117,6 +117,9 @@ pub enum DownReason {
     Session,
 }
 
+/// The most credits (`req_lim`) the engine counts: far beyond any target's queue.
+const MAX_REQ_LIM: i32 = 1 << 20;
+
 fn wc_name(kind: WcKind) -> &'static str {
     match kind {
         WcKind::Send => "send",
@@ -435,6 +438,13 @@ impl<T: Transport> Channel<T> {
 
     /// The transport (to arm it, or reach its file descriptor).
     pub(crate) fn transport(&mut self) -> &mut T {
+        &mut self.t
+    }
+
+    /// The transport, for tests and fuzzing outside the crate over the fake target (the
+    /// `test-utils` feature; front ends use what `path` offers).
+    #[cfg(feature = "test-utils")]
+    pub fn test_transport(&mut self) -> &mut T {
         &mut self.t
     }
 
@@ -788,7 +798,18 @@ impl<T: Transport> Channel<T> {
     }
 
     fn add_credits(&mut self, delta: i32) {
-        self.req_lim = self.req_lim.saturating_add(delta);
+        let sum = self.req_lim.saturating_add(delta);
+        // more credits than any target grants: a buggy or hostile target; what we send is bounded
+        // by our tags anyway, so keep the count sane and say so
+        self.req_lim = sum.min(MAX_REQ_LIM);
+        if sum > MAX_REQ_LIM {
+            if let Some(n) = self.noisy.allow(std::time::Instant::now()) {
+                tracing::warn!(
+                    "the target granted {delta} credits, which would make req_lim {sum}: kept at \
+                     {MAX_REQ_LIM} ({n} more target requests left out of the log since the last line)"
+                );
+            }
+        }
         self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
     }
 
@@ -801,10 +822,7 @@ impl<T: Transport> Channel<T> {
         let valid = srp_tag >> 32 == 0 && tag < self.cfg.depth;
         let e = match self.tags.get_mut(usize::from(tag)) {
             Some(e) if valid && e.gen == gen => e,
-            _ => {
-                self.stats.unexpected_rsp += 1;
-                return;
-            }
+            _ => return self.unexpected(srp_tag),
         };
         match e.state {
             TagState::InFlight {
@@ -820,14 +838,26 @@ impl<T: Transport> Channel<T> {
                     self.finish(tag, done);
                 }
             }
-            _ => self.stats.unexpected_rsp += 1,
+            _ => self.unexpected(srp_tag),
+        }
+    }
+
+    /// A response for a tag with nothing outstanding (wrong, stale, or a second answer): ignored,
+    /// counted, and logged at most once every 10 s.
+    pub(super) fn unexpected(&mut self, srp_tag: u64) {
+        self.stats.unexpected_rsp += 1;
+        if let Some(n) = self.noisy.allow(std::time::Instant::now()) {
+            tracing::warn!(
+                "the target answered tag {srp_tag:#x}, which has no command outstanding: ignored \
+                 ({n} more target requests left out of the log since the last line; {} such \
+                 answers on this channel)",
+                self.stats.unexpected_rsp
+            );
         }
     }
 
     /// Both the response and the send completion are in: complete, or retry.
     fn finish(&mut self, tag: u16, done: &mut dyn FnMut(Done)) {
-        // the response is in: the target is done with the buffer
-        self.t.close_window(tag);
         let idx = usize::from(tag);
         let Some(info) = self.tags[idx].rsp.take() else {
             return;
@@ -839,6 +869,9 @@ impl<T: Transport> Channel<T> {
             // 5, 10, 20 ... ms, at most 1 s apart, while the command is younger than its timeout
             let delay = (5u64 << e.retries.min(8)).min(1000);
             if self.now + delay < e.submitted + CMD_TIMEOUT_MS {
+                // the target is done with the buffer until the retry opens it again
+                self.t.close_window(tag);
+                let e = &mut self.tags[idx];
                 e.retries = e.retries.saturating_add(1);
                 e.state = TagState::Delayed {
                     until: self.now + delay,

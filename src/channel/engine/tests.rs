@@ -784,3 +784,17 @@ fn a_window_opens_one_direction_over_one_range_with_a_key_per_command() {
     drain(&mut ch2);
     assert!(ch.down().is_some() && ch2.down().is_some());
 }
+
+/// A target that grants credits past any queue (a buggy or hostile one) leaves `req_lim` at a
+/// sane bound instead of wrapping or saturating.
+#[test]
+fn a_credit_grant_past_any_queue_is_kept_sane() {
+    let (mut ch, bufs) = setup(16);
+    for tag in [7, 8] {
+        ch.transport().send_cred_req(i32::MAX, tag);
+        drain(&mut ch);
+        assert_eq!(ch.req_lim(), MAX_REQ_LIM);
+    }
+    io(&mut ch, &bufs, 0, BlockOp::Read, 0, 4096);
+    assert_eq!(drain(&mut ch).len(), 1, "I/O still runs");
+}

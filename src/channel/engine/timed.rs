@@ -160,8 +160,7 @@ impl<T: Transport> Channel<T> {
     /// The response to the task management request out.
     pub(super) fn on_tmf_rsp(&mut self, srp_tag: u64, info: RspInfo) {
         let Some(t) = self.tmf.filter(|t| t.srp_tag == srp_tag) else {
-            self.stats.unexpected_rsp += 1;
-            return;
+            return self.unexpected(srp_tag);
         };
         let ok = info.tmf_code.unwrap_or(info.status) == TSK_MGMT_COMPLETE;
         if !ok {
