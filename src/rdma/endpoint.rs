@@ -24,10 +24,9 @@ mod cm;
 mod transport;
 mod window;
 
-use cm::event_name;
-pub(crate) use cm::set_nonblocking;
+pub(crate) use cm::{event_name, set_nonblocking};
 #[cfg(feature = "lab-target")]
-pub(crate) use cm::wait_readable;
+pub(crate) use cm::{take_event, wait_readable, CmEvent};
 use transport::port_state;
 use window::data_access;
 
@@ -157,6 +156,8 @@ pub struct Endpoint {
     raw_wcs: Vec<ibv_wc>,
     /// Work requests queued for one post (see [`Transport::flush_sends`]).
     chain: Vec<transport::Queued>,
+    /// The send queue's size in work requests: the chain is posted when it holds this many.
+    send_wrs: usize,
     /// How long the target may reach a data buffer.
     scope: RkeyScope,
     /// One memory window per send slot (command scope; empty for login scope).
@@ -201,6 +202,7 @@ impl Endpoint {
             nr_recv: 0,
             raw_wcs: Vec::new(),
             chain: Vec::new(),
+            send_wrs: 0,
             scope: RkeyScope::default(),
             windows: Vec::new(),
             qp_created: false,
@@ -387,13 +389,8 @@ impl Endpoint {
         }
         // SAFETY: comp is valid.
         set_nonblocking(unsafe { (*self.comp).fd })?;
-        // per command: its SEND, and in command scope its window's bind and invalidation
-        let per_cmd = match p.rkey_scope {
-            RkeyScope::Command => 3,
-            RkeyScope::Login => 1,
-        };
-        let send_wr = u32::from(p.send_slots) * per_cmd;
-        let cqe = send_wr as i32 + i32::from(p.nr_recv);
+        self.send_wrs = usize::from(p.send_slots) * window::wrs_per_command(p.rkey_scope);
+        let cqe = self.send_wrs as i32 + i32::from(p.nr_recv);
         // SAFETY: ctx and comp are valid; cq_context is unused (null).
         self.cq = unsafe { ibv_create_cq(ctx, cqe, null_mut(), self.comp, p.comp_vector) };
         if self.cq.is_null() {
@@ -403,7 +400,7 @@ impl Endpoint {
         let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         attr.send_cq = self.cq;
         attr.recv_cq = self.cq;
-        attr.cap.max_send_wr = send_wr;
+        attr.cap.max_send_wr = self.send_wrs as u32;
         attr.cap.max_recv_wr = u32::from(p.nr_recv);
         attr.cap.max_send_sge = 2;
         attr.cap.max_recv_sge = 1;
@@ -437,7 +434,7 @@ impl Endpoint {
         self.alloc_windows(self.nr_send)?;
         // SAFETY: ibv_wc is a plain C struct; all-zero values are valid placeholders.
         self.raw_wcs = (0..32).map(|_| unsafe { std::mem::zeroed() }).collect();
-        self.chain = Vec::with_capacity(usize::from(self.nr_send));
+        self.chain = Vec::with_capacity(self.send_wrs);
         for idx in 0..self.nr_recv {
             self.post_recv(idx).map_err(|e| RdmaError::Os {
                 op: "ibv_post_recv",

@@ -4,12 +4,12 @@
 //! single-threaded: a data transfer or a SEND is posted and its completion waited for, receives
 //! that complete meanwhile are kept in order. Built with the `lab-target` feature only.
 
-use super::endpoint::{set_nonblocking, wait_readable};
+use super::endpoint::{event_name, set_nonblocking, take_event, wait_readable, CmEvent};
 use super::{sockaddr, RdmaError};
 use rdma_sys::*;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::ptr::{null_mut, NonNull};
+use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
 /// Bytes of one receive buffer: the largest IU a peer may send (an SRP_CMD with 8 KiB of
@@ -91,38 +91,17 @@ impl Listener {
         if !wait_readable(unsafe { (*self.ec).fd }, timeout) {
             return Ok(None);
         }
-        let mut ev: *mut rdma_cm_event = null_mut();
-        // SAFETY: ec is valid and non-blocking; ev is an out-parameter.
-        if unsafe { rdma_get_cm_event(self.ec, &mut ev) } != 0 {
-            return Ok(None);
-        }
-        let Some(ev) = NonNull::new(ev) else {
+        // SAFETY: ec is valid until drop, and non-blocking.
+        let Some(CmEvent {
+            kind, id, private, ..
+        }) = (unsafe { take_event(self.ec) })
+        else {
             return Ok(None);
         };
-        // SAFETY: ev is valid until acked; its private data is copied before the ack.
-        let (kind, id, private) = unsafe {
-            let e = ev.as_ref();
-            let conn = &e.param.conn;
-            let private = if conn.private_data.is_null() {
-                Vec::new()
-            } else {
-                std::slice::from_raw_parts(
-                    conn.private_data as *const u8,
-                    usize::from(conn.private_data_len),
-                )
-                .to_vec()
-            };
-            (e.event, e.id, private)
-        };
-        // SAFETY: acked once; a connect request's id stays ours after the ack.
-        unsafe { rdma_ack_cm_event(ev.as_ptr()) };
         if kind == rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST {
             return Ok(Some(Incoming::Request(Peer::new(id)?, private)));
         }
-        // SAFETY: rdma_event_str returns a static string for any value.
-        let name = unsafe { std::ffi::CStr::from_ptr(rdma_event_str(kind)) }
-            .to_string_lossy()
-            .into_owned();
+        let name = event_name(kind);
         let ends = !matches!(
             kind,
             rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED

@@ -15,13 +15,55 @@ pub(super) const RESOLVE_STEP_MS: i32 = 1000;
 /// answers each attempt within its own timeout.
 const STEP_WAIT_MIN: Duration = Duration::from_millis(RESOLVE_STEP_MS as u64 + 500);
 
-pub(super) struct CmEvent {
-    pub(super) kind: rdma_cm_event_type::Type,
-    pub(super) status: i32,
-    pub(super) private: Vec<u8>,
+pub(crate) struct CmEvent {
+    pub(crate) kind: rdma_cm_event_type::Type,
+    pub(crate) status: i32,
+    /// The id the event is about (for a connect request, the new connection's; read by the
+    /// target side, `rdma::listener`).
+    #[cfg_attr(not(feature = "lab-target"), allow(dead_code))]
+    pub(crate) id: *mut rdma_cm_id,
+    pub(crate) private: Vec<u8>,
 }
 
-pub(super) fn event_name(kind: rdma_cm_event_type::Type) -> String {
+/// Reads one event from `ec` without blocking, copies what is used of it, and acks it.
+///
+/// # Safety
+/// `ec` is a valid, non-blocking event channel.
+pub(crate) unsafe fn take_event(ec: *mut rdma_event_channel) -> Option<CmEvent> {
+    let mut ev: *mut rdma_cm_event = null_mut();
+    // SAFETY: ec is valid and non-blocking (the caller's promise); ev is an out-parameter.
+    if unsafe { rdma_get_cm_event(ec, &mut ev) } != 0 {
+        return None;
+    }
+    let ev = NonNull::new(ev)?;
+    // SAFETY: ev is a valid event until acked; the private data pointer/length describe bytes
+    // owned by the event, copied here before the ack frees them.
+    let out = unsafe {
+        let e = ev.as_ref();
+        let conn = &e.param.conn;
+        let private = if conn.private_data.is_null() {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(
+                conn.private_data as *const u8,
+                usize::from(conn.private_data_len),
+            )
+            .to_vec()
+        };
+        CmEvent {
+            kind: e.event,
+            status: e.status,
+            id: e.id,
+            private,
+        }
+    };
+    // SAFETY: ev came from rdma_get_cm_event and is acked exactly once; a connect request's id
+    // stays valid after the ack.
+    unsafe { rdma_ack_cm_event(ev.as_ptr()) };
+    Some(out)
+}
+
+pub(crate) fn event_name(kind: rdma_cm_event_type::Type) -> String {
     // SAFETY: rdma_event_str returns a pointer to a static NUL-terminated string for any value.
     let p = unsafe { rdma_event_str(kind) };
     if p.is_null() {
@@ -59,35 +101,8 @@ impl Endpoint {
         if self.ec.is_null() {
             return None;
         }
-        let mut ev: *mut rdma_cm_event = null_mut();
-        // SAFETY: ec is valid and non-blocking; ev is an out-parameter.
-        if unsafe { rdma_get_cm_event(self.ec, &mut ev) } != 0 {
-            return None;
-        }
-        let ev = NonNull::new(ev)?;
-        // SAFETY: ev is a valid event until acked; the private data pointer/length describe bytes
-        // owned by the event, copied here before the ack frees them.
-        let out = unsafe {
-            let e = ev.as_ref();
-            let conn = &e.param.conn;
-            let private = if conn.private_data.is_null() {
-                Vec::new()
-            } else {
-                std::slice::from_raw_parts(
-                    conn.private_data as *const u8,
-                    usize::from(conn.private_data_len),
-                )
-                .to_vec()
-            };
-            CmEvent {
-                kind: e.event,
-                status: e.status,
-                private,
-            }
-        };
-        // SAFETY: ev came from rdma_get_cm_event and is acked exactly once.
-        unsafe { rdma_ack_cm_event(ev.as_ptr()) };
-        Some(out)
+        // SAFETY: ec is valid (checked above) and non-blocking (create_id).
+        unsafe { take_event(self.ec) }
     }
 
     pub(super) fn next_event(

@@ -80,10 +80,10 @@ impl Endpoint {
 
 impl Endpoint {
     /// Queues `q` for the next post; posts at once when the chain is as long as the send queue
-    /// holds commands.
+    /// (a SEND per slot, and in command scope a bind and an invalidation per slot).
     pub(super) fn queue(&mut self, q: Queued) -> Result<(), TransportError> {
         self.chain.push(q);
-        if self.chain.len() >= usize::from(self.nr_send) {
+        if self.chain.len() >= self.send_wrs {
             return self.flush_chain();
         }
         Ok(())

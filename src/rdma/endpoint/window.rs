@@ -33,6 +33,15 @@ fn next_key(rkey: u32) -> u32 {
     (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }
 
+/// Work requests per command in the send queue: its SEND, and in command scope its window's bind
+/// and invalidation.
+pub(super) fn wrs_per_command(scope: RkeyScope) -> usize {
+    match scope {
+        RkeyScope::Command => 3,
+        RkeyScope::Login => 1,
+    }
+}
+
 /// The access flags for data buffers (and the scratch buffer) under `scope`.
 pub(super) fn data_access(scope: RkeyScope) -> ibv_access_flags {
     let remote = match scope {

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The lab half of `just bench`: srp-ublk against the kernel's ib_srp on the same LIO LUN in one boot,
-# runs interleaved (srp-ublk, ib_srp, srp-ublk, ...), plus the fabric's own limit (perftest) and
+# runs interleaved (srp-ublk, ib_srp, srp-ublk with rkey_scope=login, srp-ublk, ...), plus the fabric's own limit (perftest) and
 # srp-ublk's three completion modes. Raw results (fio JSON, /proc/stat deltas, perftest text) go to
 # $LAB_OUT/bench/; tests/lab/bench/report.py turns them into the table and docs/bench/latest.json.
 #
@@ -63,16 +63,20 @@ for r in 1 2; do
     perf ib_send_lat $r -n 2000
 done
 
-# --- srp-ublk (default completion mode) against ib_srp, interleaved, each device attached once
+# --- srp-ublk (default completion mode and rkey scope) and srp-ublk with rkey_scope=login against
+# ib_srp, interleaved, each device attached once
 dev=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH") || die "srp-ublk add failed"
+devl=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH" --rkey-scope login) ||
+    die "srp-ublk add --rkey-scope login failed"
 sd=$(lab-ref-attach "ch_count=$QUEUES,queue_size=$((DEPTH + 1))") || die "lab-ref-attach failed"
-echo "bench: srp-ublk $dev, ib_srp $sd ($(cat /sys/block/${sd#/dev/}/device/queue_depth 2>/dev/null) deep)"
+echo "bench: srp-ublk $dev (rkey_scope=command), $devl (rkey_scope=login), ib_srp $sd ($(cat /sys/block/${sd#/dev/}/device/queue_depth 2>/dev/null) deep)"
 srp-ublk list
 echo "poll=$(srp-ublk list --json | grep -o '"poll": *"[a-z]*"' | head -1 | grep -o '[a-z]*"$' | tr -d '"')" >> "$OUT/meta"
 for r in $(seq "$ROUNDS"); do
     for c in $CASES; do
         run "$c" srp_ublk "$r" "$dev"
         run "$c" ib_srp "$r" "$sd"
+        run "$c" srp_ublk_login "$r" "$devl"
     done
 done
 srp-ublk del --all >/dev/null || die "srp-ublk del failed"

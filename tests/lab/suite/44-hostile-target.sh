@@ -5,11 +5,7 @@
 # what was written; with rkey_scope=login the same late write lands and the data read back is
 # corrupted (the test can fail), and the stale read succeeds.
 . /usr/lib/srp-lab/suite/lib.sh
-command -v hostile-target >/dev/null ||
-    fail "no hostile-target in the guest: build it (cargo build --release --features lab-target --example hostile_target; just build does)"
-LAB_IP=$(echo "$SRP_TARGET" | sed "s/.*dest=\([0-9.]*\):.*/\1/")
-HT_ADDR=$LAB_IP:5556
-HT_TARGET="id_ext=0000000000000001,ioc_guid=0000000000000001,dest=$HT_ADDR"
+hostile_setup
 HPID=
 trap 'srp-ublk del --all >/dev/null 2>&1; [ -n "$HPID" ] && kill $HPID 2>/dev/null' EXIT
 

@@ -1,15 +1,11 @@
 # The hostile SRP target's IU-level cases (examples/hostile_target.rs), each on a fresh device: an
 # answer for a tag never sent, for a tag already answered, a second answer, an SRP_RSP whose sense
 # length runs past the IU, credits that would overflow req_lim, a flood of CRED_REQ / AER_REQ, and
-# SRP_T_LOGOUT right after every login. For each: the data read back is what was written (or the
-# I/O fails as the timers say), the daemon lives and runs, and its log says what happened in a
-# bounded number of lines. (A target that never answers is lab test 37's, with LIO.)
+# SRP_T_LOGOUT right after every login, no answer at all. For each: the data read back is what was
+# written (or `add` fails and says why), the daemon lives and runs, and its log says what happened
+# in a bounded number of lines. (A target that stops answering under I/O is lab test 37's, with LIO.)
 . /usr/lib/srp-lab/suite/lib.sh
-command -v hostile-target >/dev/null ||
-    fail "no hostile-target in the guest: build it (cargo build --release --features lab-target --example hostile_target; just build does)"
-LAB_IP=$(echo "$SRP_TARGET" | sed "s/.*dest=\([0-9.]*\):.*/\1/")
-HT_ADDR=$LAB_IP:5556
-HT_TARGET="id_ext=0000000000000001,ioc_guid=0000000000000001,dest=$HT_ADDR"
+hostile_setup
 HPID=
 trap 'srp-ublk del --all >/dev/null 2>&1; [ -n "$HPID" ] && kill $HPID 2>/dev/null' EXIT
 pattern /tmp/p 4
@@ -66,4 +62,16 @@ expect_contains "logout: add's error" "$out" "logged the channel out"
 expect_eq "logout: devices left" "$(ls /dev/ublkb* 2>/dev/null | wc -l)" 0
 grep -q "hostile: logout" /tmp/ht-logout.err || fail "logout: the target did not log out"
 stop logout
+
+# a target that accepts the login and never answers: add gives up after the setup command timeout
+# (30 s) and says which command went unanswered
+start silent
+t0=$(now)
+out=$(srp-ublk add --target "$HT_TARGET" --queues 1 --depth 2 2>&1) &&
+    fail "silent: add succeeded against a target that answers nothing: $out"
+echo "silent: after $(since "$t0") s: $out"
+expect_contains "silent: add's error" "$out" "TEST UNIT READY failed on LUN 0"
+expect_contains "silent: add's error" "$out" "no response within 30s"
+expect_eq "silent: devices left" "$(ls /dev/ublkb* 2>/dev/null | wc -l)" 0
+stop silent
 trap - EXIT

@@ -152,3 +152,11 @@ lab_dm_create() {
     if [ $# -gt 0 ]; then dmsetup create "$_n" --table "$*"; else dmsetup create "$_n"; fi &&
         dmsetup mknodes "$_n" && [ -b "/dev/mapper/$_n" ]
 }
+# hostile_setup: the hostile SRP target's address on rxe0 (port 5556) and a target string for it
+# (HT_ADDR, HT_TARGET); fails when the guest has no hostile-target
+hostile_setup() {
+    command -v hostile-target >/dev/null ||
+        fail "no hostile-target in the guest: build it (cargo build --release --features lab-target --example hostile_target; just build does)"
+    HT_ADDR=$(echo "$SRP_TARGET" | sed "s/.*dest=\([0-9.]*\):.*/\1/"):5556
+    HT_TARGET="id_ext=0000000000000001,ioc_guid=0000000000000001,dest=$HT_ADDR"
+}
