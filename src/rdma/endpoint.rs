@@ -9,7 +9,7 @@
 //! always calls `rdma_disconnect` (QP to error) and drains the CQ before destroying anything.
 
 use super::{sockaddr, Keep, RdmaError, TagBufs};
-use crate::channel::{DataBuf, Transport, Wc, WcKind, WcStatus};
+use crate::channel::{DataBuf, Transport, TransportError, Wc, WcKind, WcStatus};
 use crate::wire::srp::{
     parse_login_reply, BufFormats, LoginRej, LoginReply, LoginReq, LoginRsp, MultiChannelAction,
 };
@@ -158,6 +158,9 @@ pub struct Endpoint {
     chain: Vec<transport::Queued>,
     /// The send queue's size in work requests: the chain is posted when it holds this many.
     send_wrs: usize,
+    /// A post that failed where no caller could be told (a window's invalidation): the next
+    /// flush reports it.
+    post_failed: Option<TransportError>,
     /// How long the target may reach a data buffer.
     scope: RkeyScope,
     /// One memory window per send slot (command scope; empty for login scope).
@@ -203,6 +206,7 @@ impl Endpoint {
             raw_wcs: Vec::new(),
             chain: Vec::new(),
             send_wrs: 0,
+            post_failed: None,
             scope: RkeyScope::default(),
             windows: Vec::new(),
             qp_created: false,

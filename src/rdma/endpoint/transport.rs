@@ -91,6 +91,9 @@ impl Endpoint {
 
     /// Posts the queued work requests as one list: one doorbell (on rxe one system call).
     pub(super) fn flush_chain(&mut self) -> Result<(), TransportError> {
+        if let Some(e) = self.post_failed.take() {
+            return Err(e);
+        }
         if self.chain.is_empty() {
             return Ok(());
         }

@@ -174,8 +174,10 @@ impl Endpoint {
         }
         let mut q = Queued::empty(WR_WINDOW | u64::from(win), ibv_wr_opcode::IBV_WR_LOCAL_INV);
         q.wr.imm_data_invalidated_rkey_union.invalidated_rkey = w.rkey;
-        // a failure to post takes the channel down at the next flush, which stops the QP
-        let _ = self.queue(q);
+        // a post that failed here (a full chain is posted at once) is reported by the next flush
+        if let Err(e) = self.queue(q) {
+            self.post_failed.get_or_insert(e);
+        }
     }
 
     /// After a chain was posted (or dropped): the provider's key of every window bound in it is
