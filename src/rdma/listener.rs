@@ -55,6 +55,16 @@ pub struct OpFailed {
     pub status: String,
 }
 
+/// Where a posted operation is.
+enum OpState {
+    /// No completion yet.
+    Pending,
+    /// Completed successfully.
+    Done,
+    /// Completed with this status.
+    Failed(String),
+}
+
 // SAFETY: the CM objects may be used from any thread; a Listener is owned by one thread.
 unsafe impl Send for Listener {}
 
@@ -239,9 +249,8 @@ impl Peer {
         unsafe { rdma_reject(self.id, private.as_ptr().cast(), private.len() as u8) };
     }
 
-    /// Polls completions once; receives are kept, and the outcome of operation `want` (if it
-    /// completed) is returned.
-    fn poll(&mut self, want: Option<u64>) -> Result<Option<Result<(), String>>, OpFailed> {
+    /// Polls completions once; receives are kept, and the outcome of operation `want` is returned.
+    fn poll(&mut self, want: Option<u64>) -> Result<OpState, OpFailed> {
         // SAFETY: ibv_wc is a plain C struct; all-zero is a valid placeholder.
         let mut wcs: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
         // SAFETY: cq is valid; wcs has room for 16.
@@ -252,7 +261,7 @@ impl Peer {
                 status: std::io::Error::from_raw_os_error(-n).to_string(),
             });
         }
-        let mut out = None;
+        let mut out = OpState::Pending;
         for w in &wcs[..n as usize] {
             let ok = w.status == ibv_wc_status::IBV_WC_SUCCESS;
             if w.wr_id & WR_RECV != 0 {
@@ -264,11 +273,11 @@ impl Peer {
                     let _ = self.post_recv(i);
                 }
             } else if Some(w.wr_id) == want {
-                out = Some(if ok {
-                    Ok(())
+                out = if ok {
+                    OpState::Done
                 } else {
-                    Err(status_str(w.status))
-                });
+                    OpState::Failed(status_str(w.status))
+                };
             }
         }
         Ok(out)
@@ -316,15 +325,15 @@ impl Peer {
         let deadline = Instant::now() + OP_TIMEOUT;
         loop {
             match self.poll(Some(id))? {
-                Some(Ok(())) => return Ok(()),
-                Some(Err(status)) => return Err(OpFailed { op, status }),
-                None if Instant::now() >= deadline => {
+                OpState::Done => return Ok(()),
+                OpState::Failed(status) => return Err(OpFailed { op, status }),
+                OpState::Pending if Instant::now() >= deadline => {
                     return Err(OpFailed {
                         op,
                         status: "no completion in 10 s".into(),
                     })
                 }
-                None => std::thread::sleep(Duration::from_micros(50)),
+                OpState::Pending => std::thread::sleep(Duration::from_micros(50)),
             }
         }
     }
