@@ -32,8 +32,8 @@
 
 use srp_ublk::rdma::listener::{Incoming, Listener, OpFailed, Peer, RECV_BYTES};
 use srp_ublk::wire::srp::{
-    parse_initiator_iu, AerReq, BufFormats, CredReq, DataDesc, InitiatorIu, LoginReq, LoginRsp,
-    RspFlags, ScsiLun, SrpRsp, TLogout, TLogoutReason, TskMgmt,
+    parse_initiator_iu, AerReq, BufFormats, CredReq, DataDesc, DirectBuf, InitiatorIu, LoginReq,
+    LoginRsp, RspFlags, ScsiLun, SrpRsp, TLogout, TLogoutReason, TskMgmt,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -127,6 +127,17 @@ impl Target {
         (end <= self.disk.len() as u64).then(|| (lba * BLOCK) as usize..end as usize)
     }
 
+    /// The key of the last completed read into `d`'s buffer, when `case` is this run's and its
+    /// one attack is still to come on a transfer this large (it is then spent).
+    fn stale_key(&mut self, case: Case, d: &DirectBuf) -> Option<u32> {
+        if self.case != case || self.attacked || d.len < self.min_bytes {
+            return None;
+        }
+        let old = *self.read_keys.get(&d.va)?;
+        self.attacked = true;
+        Some(old)
+    }
+
     /// Data-in: RDMA-writes `data` to the command's buffer (and, once, the late write).
     fn data_in(&mut self, p: &mut Peer, desc: DataDesc, data: &[u8], read16: bool) -> Outcome {
         let DataDesc::Direct(d) = desc else {
@@ -139,13 +150,7 @@ impl Target {
         if !read16 {
             return good();
         }
-        if let (Case::LateWrite, false, true, Some(&old)) = (
-            self.case,
-            self.attacked,
-            d.len >= self.min_bytes,
-            self.read_keys.get(&d.va),
-        ) {
-            self.attacked = true;
+        if let Some(old) = self.stale_key(Case::LateWrite, &d) {
             let junk: Vec<u8> = b"HOSTILE!".iter().copied().cycle().take(n).collect();
             let r = p.write(&junk, d.va, old);
             eprintln!(
@@ -169,13 +174,7 @@ impl Target {
         match desc {
             DataDesc::Immediate { .. } => Ok(imm.to_vec()),
             DataDesc::Direct(d) => {
-                if let (Case::StaleRead, false, true, Some(&old)) = (
-                    self.case,
-                    self.attacked,
-                    d.len >= self.min_bytes,
-                    self.read_keys.get(&d.va),
-                ) {
-                    self.attacked = true;
+                if let Some(old) = self.stale_key(Case::StaleRead, &d) {
                     let r = p.read(d.va, old, d.len as usize);
                     eprintln!(
                         "hostile: stale-read: RDMA READ of {} bytes at {:#x} under key {old:#x} (a \

@@ -235,9 +235,7 @@ impl FakeTarget {
             return true;
         }
         self.access_errors += 1;
-        self.stopped = true;
-        self.outbox.clear();
-        self.held.clear();
+        self.stop();
         self.cq.push_back(Wc {
             kind: WcKind::Recv,
             id: 0,

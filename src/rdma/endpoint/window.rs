@@ -85,9 +85,9 @@ impl Endpoint {
     /// regions can be deregistered only after this).
     pub(super) fn free_windows(&mut self) {
         for w in self.windows.drain(..) {
-            // SAFETY: w.mw is a window of ours, deallocated once; no work request that names it
-            // can still execute (the QP is stopped, or nothing is in flight and the chain is
-            // empty).
+            // SAFETY: w.mw is a window of ours, deallocated once; only `close` calls this, after
+            // the QP went to the error state and its work requests were flushed, so none that
+            // names the window can still execute.
             unsafe { ibv_dealloc_mw(w.mw) };
         }
     }
