@@ -31,7 +31,7 @@ pub(super) enum Exec {
 
 /// How long a connection that ended waits for its commands in flight before its channel is
 /// dropped rather than given back.
-const DRAIN_WAIT: Duration = Duration::from_secs(10);
+pub(super) const DRAIN_WAIT: Duration = Duration::from_secs(10);
 
 impl Drop for Exec {
     fn drop(&mut self) {
@@ -41,6 +41,7 @@ impl Drop for Exec {
         let Some(mut p) = path.take() else {
             return;
         };
+        pool.ending();
         // a client that vanished may leave commands in flight: let them finish (bounded) so the
         // channel can serve the next connection
         let deadline = Instant::now() + DRAIN_WAIT;
