@@ -19,6 +19,11 @@
 //! - `flood`: after its answer, sends 300 SRP_CRED_REQ and 300 SRP_AER_REQ;
 //! - `logout`: sends SRP_T_LOGOUT right after every login (this one on every login);
 //! - `silent`: answers no command at all (on every login).
+//! - `lba-status`: (with `--thin`) answers every GET LBA STATUS with an extent that starts past
+//!   the block asked for and calls it deallocated, then one that goes back to it.
+//!
+//! With `--thin` the disk is thin provisioned (READ CAPACITY(16) LBPME and LBPRZ): a block is
+//! mapped once written, and GET LBA STATUS answers which blocks are.
 //!
 //! (The size keeps the attack off the kernel's 4 KiB partition-table reads, which land in the page
 //! cache, and on the test's own 64 KiB direct reads and writes.)
@@ -27,7 +32,8 @@
 //! access error"), which the lab test asserts on. After a refused access the connection is gone
 //! (its QP is in the error state); the initiator logs in again and this target serves it.
 //!
-//! Run: `hostile_target --listen 10.77.0.1:5556 --case late-write [--mib 64] [--min-bytes N]` (the
+//! Run: `hostile_target --listen 10.77.0.1:5556 --case late-write [--mib 64] [--min-bytes N]
+//! [--thin]` (the
 //! lab builds it with `cargo build --release --features lab-target --example hostile_target`).
 
 use srp_ublk::rdma::listener::{Incoming, Listener, OpFailed, Peer, RECV_BYTES};
@@ -54,9 +60,10 @@ enum Case {
     Flood,
     Logout,
     Silent,
+    LbaStatus,
 }
 
-const CASES: [(&str, Case); 11] = [
+const CASES: [(&str, Case); 12] = [
     ("none", Case::None),
     ("late-write", Case::LateWrite),
     ("stale-read", Case::StaleRead),
@@ -68,6 +75,7 @@ const CASES: [(&str, Case); 11] = [
     ("flood", Case::Flood),
     ("logout", Case::Logout),
     ("silent", Case::Silent),
+    ("lba-status", Case::LbaStatus),
 ];
 
 struct Target {
@@ -80,6 +88,8 @@ struct Target {
     min_bytes: u32,
     /// The tag of the last command answered.
     last_tag: Option<u64>,
+    /// Thin provisioned: which blocks a write has mapped.
+    mapped: Option<Vec<bool>>,
 }
 
 /// What a command's execution ends with.
@@ -117,7 +127,42 @@ impl Target {
         let last = self.disk.len() as u64 / BLOCK - 1;
         d[..8].copy_from_slice(&last.to_be_bytes());
         d[8..12].copy_from_slice(&(BLOCK as u32).to_be_bytes());
+        if self.mapped.is_some() {
+            d[14] = 0xc0; // LBPME, LBPRZ
+        }
         d
+    }
+
+    /// GET LBA STATUS parameter data from the LBA in `cdb`: runs of mapped and deallocated
+    /// blocks, as many as the allocation length holds (the `lba-status` case lies instead).
+    fn lba_status(&self, cdb: &[u8]) -> Option<Vec<u8>> {
+        let mapped = self.mapped.as_ref()?;
+        let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?) as usize;
+        let alloc = u32::from_be_bytes(cdb[10..14].try_into().ok()?) as usize;
+        if lba >= mapped.len() || alloc < 24 {
+            return None;
+        }
+        let mut runs: Vec<(usize, usize, u8)> = Vec::new();
+        if self.case == Case::LbaStatus {
+            eprintln!("hostile: lba-status: GET LBA STATUS at LBA {lba} answered with lies");
+            runs = vec![(lba + 8, 8, 1), (lba, 8, 1)];
+        } else {
+            let mut at = lba;
+            while at < mapped.len() && 8 + 16 * (runs.len() + 1) <= alloc {
+                let m = mapped[at];
+                let n = mapped[at..].iter().take_while(|&&b| b == m).count();
+                runs.push((at, n, if m { 0 } else { 1 }));
+                at += n;
+            }
+        }
+        let mut d = ((4 + 16 * runs.len()) as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(&[0; 4]);
+        for (at, n, st) in runs {
+            d.extend_from_slice(&(at as u64).to_be_bytes());
+            d.extend_from_slice(&(n as u32).to_be_bytes());
+            d.extend_from_slice(&[st, 0, 0, 0]);
+        }
+        Some(d)
     }
 
     fn range(&self, cdb: &[u8]) -> Option<std::ops::Range<usize>> {
@@ -216,6 +261,10 @@ impl Target {
                 let d = self.read_capacity();
                 self.data_in(p, c.data_in, &d, false)
             }
+            0x9e if cdb[1] & 0x1f == 0x12 => match self.lba_status(cdb) {
+                Some(d) => self.data_in(p, c.data_in, &d, false),
+                None => check(5, 0x24),
+            },
             0x88 => match self.range(cdb) {
                 Some(r) => {
                     let d = self.disk[r].to_vec();
@@ -227,6 +276,10 @@ impl Target {
                 Some(r) => match self.data_out(p, c.data_out, cmd.immediate) {
                     Ok(d) if d.len() >= r.len() => {
                         let len = r.len();
+                        if let Some(m) = self.mapped.as_mut() {
+                            let b = r.start / BLOCK as usize..r.end / BLOCK as usize;
+                            m[b].fill(true);
+                        }
                         self.disk[r].copy_from_slice(&d[..len]);
                         good()
                     }
@@ -465,7 +518,12 @@ fn main() {
             std::process::exit(1);
         }
     };
-    eprintln!("hostile: listening on {listen}, case {case:?}, {mib} MiB disk");
+    let thin = if args.iter().any(|a| a == "--thin") {
+        " (thin)"
+    } else {
+        ""
+    };
+    eprintln!("hostile: listening on {listen}, case {case:?}, {mib} MiB disk{thin}");
     let mut t = Target {
         disk: vec![0u8; mib << 20],
         case,
@@ -473,6 +531,10 @@ fn main() {
         attacked: false,
         min_bytes,
         last_tag: None,
+        mapped: args
+            .iter()
+            .any(|a| a == "--thin")
+            .then(|| vec![false; (mib << 20) / BLOCK as usize]),
     };
     let mut peer: Option<Peer> = None;
     loop {

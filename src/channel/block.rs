@@ -26,7 +26,13 @@ pub enum BlockOp {
         /// Deallocation allowed.
         may_unmap: bool,
     },
+    /// Ask which blocks of a range are mapped (GET LBA STATUS into the buffer; the answer may
+    /// cover less than the range, and is shorter than the buffer: see [`LBA_STATUS_BYTES`]).
+    LbaStatus,
 }
+
+/// How much GET LBA STATUS data is asked for: the header and 255 descriptors.
+pub const LBA_STATUS_BYTES: u32 = 8 + 255 * 16;
 
 /// The LUN's write cache as MODE SENSE reports it (caching page WCE, DPOFUA in the device-specific
 /// parameter), and the one rule both front ends follow for a block layer's FLUSH and FUA, as sd
@@ -92,6 +98,13 @@ pub struct Geometry {
     /// The write cache: what FUA and FLUSH become.
     #[serde(default = "legacy_cache")]
     pub cache: WriteCache,
+    /// Thin provisioned (READ CAPACITY(16) LBPME): GET LBA STATUS may tell mapped blocks from
+    /// deallocated ones.
+    #[serde(default)]
+    pub lbpme: bool,
+    /// Deallocated blocks read as zeros (LBPRZ).
+    #[serde(default)]
+    pub lbprz: bool,
 }
 
 /// Builds the SCSI command for `op` on `len` bytes at byte `offset`. `buf` is the tag's registered
@@ -160,6 +173,16 @@ pub fn to_scsi(
                 data: DataDir::Out(buf.prefix(bs as u32)),
             })
         }
+        BlockOp::LbaStatus => {
+            if !geo.lbpme {
+                return Err(errno::EOPNOTSUPP);
+            }
+            let alloc = LBA_STATUS_BYTES.min(buf.len);
+            Ok(ScsiCmd {
+                cdb: Cdb::get_lba_status(lba, alloc),
+                data: DataDir::In(buf.prefix(alloc)),
+            })
+        }
         BlockOp::Flush => unreachable!("handled above"),
     }
 }
@@ -175,6 +198,8 @@ mod tests {
         unmap: true,
         write_same_unmap: true,
         cache: WriteCache::LEGACY,
+        lbpme: true,
+        lbprz: true,
     };
     const BUF: DataBuf = DataBuf {
         addr: 0x1000,
@@ -264,6 +289,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(z.cdb.as_slice()[1], 0);
+    }
+
+    #[test]
+    fn lba_status_asks_a_thin_lun_only() {
+        let mut s = vec![0u8; 4096];
+        let g = to_scsi(BlockOp::LbaStatus, 8192, 1 << 20, &GEO, BUF, &mut s).unwrap();
+        assert_eq!(g.cdb.as_slice()[..2], [op::SERVICE_ACTION_IN_16, 0x12]);
+        assert_eq!(&g.cdb.as_slice()[2..10], &16u64.to_be_bytes());
+        assert_eq!(&g.cdb.as_slice()[10..14], &LBA_STATUS_BYTES.to_be_bytes());
+        assert_eq!(
+            g.data,
+            DataDir::In(DataBuf {
+                len: LBA_STATUS_BYTES,
+                ..BUF
+            })
+        );
+        let thick = Geometry {
+            lbpme: false,
+            ..GEO
+        };
+        assert_eq!(
+            to_scsi(BlockOp::LbaStatus, 0, 512, &thick, BUF, &mut s),
+            Err(errno::EOPNOTSUPP)
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use srp_ublk::frontend::nbd::{self, Export, Limits, Listen, Source};
 use srp_ublk::session::Session;
 use srp_ublk::wire::target::TargetSpec;
 use std::io::Write;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// `srp-ublk serve ...`
@@ -117,6 +118,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 cache: geo.cache,
                 max_trim: chunk_bytes(s.lun.max_unmap_blocks(), bs),
                 max_zero: chunk_bytes(s.lun.max_write_same_blocks(max_io), bs),
+                lba_status: AtomicBool::new(geo.lbpme),
                 source: Source::Srp {
                     pool: Arc::new(nbd::Pool::new(s.channels, s.relogin.clone())),
                     geo,
@@ -145,6 +147,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 cache: WriteCache::LEGACY,
                 max_trim: DEMO_CHUNK,
                 max_zero: DEMO_CHUNK,
+                lba_status: AtomicBool::new(false),
                 source,
             }
         }

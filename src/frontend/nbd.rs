@@ -9,10 +9,11 @@
 //! or, where the stream cannot be resynchronised (bad magic), a disconnect of that connection only.
 
 use crate::backend::MemDisk;
-use crate::channel::block::{BlockOp, FuaWrite, Geometry, WriteCache};
+use crate::channel::block::{BlockOp, FuaWrite, Geometry, WriteCache, LBA_STATUS_BYTES};
 use crate::session::timers::Timers;
 use crate::session::Relogin;
 mod exec;
+mod extents;
 mod handshake;
 mod listen;
 mod pool;
@@ -26,6 +27,7 @@ use listen::{Stream, Timed};
 pub use pool::Pool;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use tls::{server_config, TlsError};
@@ -78,6 +80,9 @@ pub struct Export {
     pub max_zero: u32,
     /// Where the data lives.
     pub source: Source,
+    /// NBD_CMD_BLOCK_STATUS asks the LUN (GET LBA STATUS): a thin LUN (LBPME) that has not
+    /// refused the command. Otherwise every block is reported as data.
+    pub lba_status: AtomicBool,
 }
 
 impl Export {
@@ -168,6 +173,8 @@ enum Next {
         left: u64,
         sync: bool,
     },
+    /// The GET LBA STATUS answer becomes a block status reply (only the first extent if `one`).
+    Extents { one: bool },
 }
 
 /// One command of a request: what to send now, and what follows it.
@@ -182,7 +189,7 @@ fn step(ex: &Export, op: BlockOp, off: u64, len: u64, fua: bool) -> (BlockOp, u3
         && match op {
             BlockOp::Write { .. } => ex.cache.fua_write() == FuaWrite::ThenSync,
             BlockOp::Discard | BlockOp::WriteZeroes { .. } => ex.cache.flushes(),
-            BlockOp::Read | BlockOp::Flush => false,
+            BlockOp::Read | BlockOp::Flush | BlockOp::LbaStatus => false,
         };
     let next = if u64::from(now) < len {
         Next::More {
@@ -254,7 +261,7 @@ struct Conn<'a> {
     skip: u64,
     out: Vec<u8>,
     opos: usize,
-    done: Vec<(u16, Result<(), i32>)>,
+    done: Vec<(u16, Result<u32, i32>)>,
     /// The client sent NBD_CMD_DISC.
     disc: bool,
     /// The client closed its side.
@@ -374,8 +381,7 @@ impl Conn<'_> {
                 Admit::BlockStatus => {
                     self.rpos += nbd::REQUEST_LEN;
                     let id = nbd::BASE_ALLOCATION_ID;
-                    let chunk = nbd::block_status_chunk(req.cookie, id, req.length, 0);
-                    self.out.extend_from_slice(&chunk);
+                    nbd::block_status_chunk(&mut self.out, req.cookie, id, &[(req.length, 0)]);
                 }
                 Admit::Run => {
                     if self.rlen - self.rpos < nbd::REQUEST_LEN + body {
@@ -398,10 +404,17 @@ impl Conn<'_> {
         match req.kind {
             cmd::DISC => return Admit::Disconnect,
             cmd::CACHE => return Admit::Reply(if in_range { 0 } else { err::EINVAL }),
-            // base:allocation: every block is data. A LUN's provisioning is not asked (GET LBA
-            // STATUS), and a hole reported wrongly would make a client skip data
+            // base:allocation: a thin LUN is asked (GET LBA STATUS, see `extents`); any other
+            // answers that every block is data, as a hole reported wrongly would make a client
+            // skip data
             cmd::BLOCK_STATUS if neg.allocation && in_range && req.length > 0 => {
-                return Admit::BlockStatus
+                let bs = u64::from(ex.min_block);
+                let aligned = req.offset % bs == 0 && u64::from(req.length) % bs == 0;
+                return if aligned && ex.lba_status.load(Ordering::Relaxed) {
+                    Admit::Run
+                } else {
+                    Admit::BlockStatus
+                };
             }
             cmd::READ | cmd::WRITE | cmd::FLUSH | cmd::TRIM | cmd::WRITE_ZEROES => {}
             _ => return Admit::Reply(err::EINVAL),
@@ -444,11 +457,16 @@ impl Conn<'_> {
             cmd::WRITE => BlockOp::Write { fua },
             cmd::FLUSH => BlockOp::Flush,
             cmd::TRIM => BlockOp::Discard,
+            cmd::BLOCK_STATUS => BlockOp::LbaStatus,
             _ => BlockOp::WriteZeroes {
                 may_unmap: req.flags & cmdflag::NO_HOLE == 0,
             },
         };
-        let (op, len, next) = step(self.ex, op, req.offset, u64::from(req.length), fua);
+        let (op, len, mut next) = step(self.ex, op, req.offset, u64::from(req.length), fua);
+        if op == BlockOp::LbaStatus {
+            let one = req.flags & cmdflag::REQ_ONE != 0;
+            next = Next::Extents { one };
+        }
         self.tags[usize::from(tag)] = TagReq {
             cookie: req.cookie,
             read: req.kind == cmd::READ,
@@ -458,14 +476,13 @@ impl Conn<'_> {
         };
         if let Err(e) = self.exec.submit(tag, op, req.offset, len) {
             self.free.push(tag);
-            let read = req.kind == cmd::READ;
-            error_reply(
-                &mut self.out,
-                self.neg,
-                read,
-                err::from_errno(e),
-                req.cookie,
-            );
+            let t = self.tags[usize::from(tag)];
+            if let Next::Extents { one } = t.next {
+                self.status_reply(tag, t, Err(e), one);
+            } else {
+                let e = err::from_errno(e);
+                error_reply(&mut self.out, self.neg, t.read, e, t.cookie);
+            }
         }
     }
 
@@ -475,6 +492,13 @@ impl Conn<'_> {
         let mut done = std::mem::take(&mut self.done);
         for (tag, r) in done.drain(..) {
             let t = self.tags[usize::from(tag)];
+            if let Next::Extents { one } = t.next {
+                self.status_reply(tag, t, r, one);
+                self.free.push(tag);
+                continue;
+            }
+            // NBD cannot report a short transfer
+            let r = r.and_then(|resid| if resid == 0 { Ok(()) } else { Err(libc::EIO) });
             let r = match (r, t.next) {
                 (Ok(()), Next::Sync) => {
                     self.tags[usize::from(tag)].next = Next::Reply;
@@ -510,6 +534,34 @@ impl Conn<'_> {
         }
         self.done = done;
         progress
+    }
+
+    /// The reply to a block status request from its GET LBA STATUS outcome (`Ok(resid)`): the
+    /// extents the LUN described; every block data where the LUN refuses the command (and no
+    /// later request asks it); an error chunk for any other failure.
+    fn status_reply(&mut self, tag: u16, t: TagReq, r: Result<u32, i32>, one: bool) {
+        let ext = match (r, self.exec.geometry()) {
+            (Ok(resid), Some(geo)) => {
+                let got = LBA_STATUS_BYTES.min(self.ex.max_io).saturating_sub(resid);
+                let data = &self.exec.buf(tag)[..got as usize];
+                extents::allocation(data, t.off, t.len, &geo, one)
+            }
+            (Err(libc::EOPNOTSUPP), _) | (Ok(_), None) => {
+                if self.ex.lba_status.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        "NBD: the LUN refuses GET LBA STATUS: block status reports every block \
+                         as data"
+                    );
+                }
+                vec![(t.len, 0)]
+            }
+            (Err(e), _) => {
+                self.out
+                    .extend_from_slice(&nbd::error_chunk(err::from_errno(e), t.cookie));
+                return;
+            }
+        };
+        nbd::block_status_chunk(&mut self.out, t.cookie, nbd::BASE_ALLOCATION_ID, &ext);
     }
 
     /// The reply to a request that succeeded (with a read's data).
@@ -594,6 +646,7 @@ mod tests {
             cache,
             max_trim: 64 << 20,
             max_zero: 1 << 20,
+            lba_status: AtomicBool::new(false),
             source: Source::Null,
         }
     }
@@ -656,7 +709,7 @@ mod tests {
                     assert_eq!(off + u64::from(len), 4096 + (200 << 20));
                     break;
                 }
-                Next::Reply => panic!("the FUA trim lost its sync"),
+                Next::Reply | Next::Extents { .. } => panic!("the FUA trim lost its sync"),
             }
         }
         assert_eq!(steps, 4);

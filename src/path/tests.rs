@@ -17,6 +17,8 @@ const GEO: Geometry = Geometry {
     unmap: true,
     write_same_unmap: true,
     cache: WriteCache::LEGACY,
+    lbpme: false,
+    lbprz: false,
 };
 const TIMERS: Timers = Timers {
     reconnect_delay: Some(1),

@@ -122,6 +122,8 @@ impl LunInfo {
             unmap: self.capacity.lbpme && lbp.lbpu,
             write_same_unmap: self.capacity.lbpme && lbp.lbpws,
             cache: self.write_cache(),
+            lbpme: self.capacity.lbpme,
+            lbprz: self.capacity.lbprz,
         }
     }
     /// The write cache (what FUA and FLUSH become, for both front ends).

@@ -143,6 +143,8 @@ pub mod cmdflag {
     pub const FUA: u16 = 1 << 0;
     /// Zeroes must be written, not punched.
     pub const NO_HOLE: u16 = 1 << 1;
+    /// BLOCK_STATUS: one extent is enough.
+    pub const REQ_ONE: u16 = 1 << 3;
     /// Fail fast rather than zero slowly.
     pub const FAST_ZERO: u16 = 1 << 4;
 }
@@ -299,25 +301,29 @@ pub fn error_chunk(error: u32, cookie: u64) -> [u8; CHUNK_HEADER_LEN + 6] {
     o
 }
 
-/// The final NBD_REPLY_TYPE_BLOCK_STATUS chunk of a reply: one extent of `len` bytes with `flags`
-/// (NBD_STATE_HOLE 1, NBD_STATE_ZERO 2; 0 is allocated data) for context `id`.
-pub fn block_status_chunk(
-    cookie: u64,
-    id: u32,
-    len: u32,
-    flags: u32,
-) -> [u8; CHUNK_HEADER_LEN + 12] {
-    let mut o = [0u8; CHUNK_HEADER_LEN + 12];
-    o[..CHUNK_HEADER_LEN].copy_from_slice(&chunk_header(
+/// base:allocation extent flags (NBD_STATE_*); 0 is allocated data.
+pub mod state {
+    /// Unallocated: a hole.
+    pub const HOLE: u32 = 1 << 0;
+    /// Reads as zeros.
+    pub const ZERO: u32 = 1 << 1;
+}
+
+/// Appends the final NBD_REPLY_TYPE_BLOCK_STATUS chunk of a reply to `out`: `extents` as
+/// (length, [`state`] flags), in order, for context `id`.
+pub fn block_status_chunk(out: &mut Vec<u8>, cookie: u64, id: u32, extents: &[(u32, u32)]) {
+    let len = 4 + 8 * extents.len() as u32;
+    out.extend_from_slice(&chunk_header(
         chunk::FLAG_DONE,
         chunk::BLOCK_STATUS,
         cookie,
-        12,
+        len,
     ));
-    o[20..24].copy_from_slice(&id.to_be_bytes());
-    o[24..28].copy_from_slice(&len.to_be_bytes());
-    o[28..32].copy_from_slice(&flags.to_be_bytes());
-    o
+    out.extend_from_slice(&id.to_be_bytes());
+    for (n, flags) in extents {
+        out.extend_from_slice(&n.to_be_bytes());
+        out.extend_from_slice(&flags.to_be_bytes());
+    }
 }
 
 /// LIST_META_CONTEXT / SET_META_CONTEXT option data: the export and the queries.
@@ -562,9 +568,16 @@ mod tests {
         assert_eq!((be16(&h, 4), be16(&h, 6), be32(&h, 16)), (1, 1, 520));
         let e = error_chunk(22, 7);
         assert_eq!((be16(&e, 6), be32(&e, 16), be32(&e, 20)), (0x8001, 6, 22));
-        let b = block_status_chunk(7, BASE_ALLOCATION_ID, 4096, 0);
-        assert_eq!((be16(&b, 6), be32(&b, 16)), (5, 12));
+        let mut b = Vec::new();
+        block_status_chunk(
+            &mut b,
+            7,
+            BASE_ALLOCATION_ID,
+            &[(4096, 0), (512, state::HOLE)],
+        );
+        assert_eq!((be16(&b, 6), be32(&b, 16), b.len()), (5, 20, 40));
         assert_eq!((be32(&b, 20), be32(&b, 24), be32(&b, 28)), (1, 4096, 0));
+        assert_eq!((be32(&b, 32), be32(&b, 36)), (512, 1));
     }
 
     #[test]

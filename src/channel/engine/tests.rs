@@ -14,6 +14,8 @@ const GEO: Geometry = Geometry {
     unmap: true,
     write_same_unmap: true,
     cache: crate::channel::block::WriteCache::LEGACY,
+    lbpme: false,
+    lbprz: false,
 };
 
 fn cfg(req_lim: i32) -> ChannelConfig {

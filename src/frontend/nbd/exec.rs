@@ -25,7 +25,7 @@ pub(super) enum Exec {
     Demo {
         disk: Option<Arc<MemDisk>>,
         bufs: Vec<Vec<u8>>,
-        done: Vec<(u16, Result<(), i32>)>,
+        done: Vec<(u16, Result<u32, i32>)>,
     },
 }
 
@@ -126,27 +126,26 @@ impl Exec {
                         BlockOp::Read => d.read(off, &mut b[..len as usize]),
                         BlockOp::Write { .. } => d.write(off, &b[..len as usize]),
                         BlockOp::Discard | BlockOp::WriteZeroes { .. } => d.zero(off, len as usize),
-                        BlockOp::Flush => {}
+                        BlockOp::Flush | BlockOp::LbaStatus => {}
                     }
                 } else if op == BlockOp::Read {
                     b[..len as usize].fill(0);
                 }
-                done.push((tag, Ok(())));
+                done.push((tag, Ok(0)));
                 Ok(())
             }
         }
     }
 
-    /// Collects finished commands into `out`; returns how many completions were processed. A
-    /// short transfer is an error here: NBD has no way to report one.
-    pub(super) fn poll(&mut self, out: &mut Vec<(u16, Result<(), i32>)>) -> usize {
+    /// Collects finished commands into `out`, each with its residual byte count on success;
+    /// returns how many completions were processed.
+    pub(super) fn poll(&mut self, out: &mut Vec<(u16, Result<u32, i32>)>) -> usize {
         match self {
             Exec::Srp { path: Some(p), .. } => {
                 p.tick(clock_ms());
                 let (n, _event) = p.service(Instant::now(), &mut |d, _| {
                     let r = match d.outcome.errno {
-                        0 if d.outcome.resid != 0 => Err(libc::EIO),
-                        0 => Ok(()),
+                        0 => Ok(d.outcome.resid),
                         e => Err(e),
                     };
                     out.push((d.tag, r));
@@ -159,6 +158,14 @@ impl Exec {
                 out.append(done);
                 n
             }
+        }
+    }
+
+    /// The LUN's geometry, on an SRP path.
+    pub(super) fn geometry(&self) -> Option<Geometry> {
+        match self {
+            Exec::Srp { geo, .. } => Some(*geo),
+            Exec::Demo { .. } => None,
         }
     }
 

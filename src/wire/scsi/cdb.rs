@@ -35,6 +35,8 @@ pub mod op {
 
 /// READ CAPACITY(16) service action.
 pub const SAI_READ_CAPACITY_16: u8 = 0x10;
+/// GET LBA STATUS(16) service action.
+pub const SAI_GET_LBA_STATUS: u8 = 0x12;
 /// FUA bit in byte 1 of READ/WRITE(10/16).
 pub const FUA: u8 = 0x08;
 
@@ -136,6 +138,16 @@ impl Cdb {
     pub fn read_capacity16(alloc_len: u32) -> Self {
         let mut c = Cdb::new(16, op::SERVICE_ACTION_IN_16);
         c.bytes[1] = SAI_READ_CAPACITY_16;
+        c.put(10, &alloc_len.to_be_bytes());
+        c
+    }
+
+    /// GET LBA STATUS(16) from `lba` (SBC-4 5.7): the provisioning status of the blocks from
+    /// there on, in at most `alloc_len` bytes of parameter data.
+    pub fn get_lba_status(lba: u64, alloc_len: u32) -> Self {
+        let mut c = Cdb::new(16, op::SERVICE_ACTION_IN_16);
+        c.bytes[1] = SAI_GET_LBA_STATUS;
+        c.put(2, &lba.to_be_bytes());
         c.put(10, &alloc_len.to_be_bytes());
         c
     }
@@ -263,6 +275,10 @@ mod tests {
         assert_eq!(
             rc.as_slice(),
             &[0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0]
+        );
+        assert_eq!(
+            Cdb::get_lba_status(0x0102, 2056).as_slice(),
+            &[0x9e, 0x12, 0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 8, 8, 0, 0]
         );
         assert_eq!(
             Cdb::mode_sense10(0x08, 0, 0xfc).as_slice(),

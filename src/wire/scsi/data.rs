@@ -67,6 +67,46 @@ impl StandardInquiry {
     }
 }
 
+/// The provisioning status of an extent in GET LBA STATUS data (SBC-4 5.7.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LbaProvisioning {
+    /// Mapped (or, with SBC-4's status 3, mapped or unknown): holds data.
+    Mapped,
+    /// Deallocated: no storage behind it; reads return zeros when the LUN has LBPRZ.
+    Deallocated,
+    /// Anchored: storage reserved, not mapped; reads as a deallocated block does.
+    Anchored,
+}
+
+/// One LBA status descriptor: `blocks` logical blocks from `lba`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LbaStatusDesc {
+    /// First logical block of the extent.
+    pub lba: u64,
+    /// Number of logical blocks (0 ends a list: no extent is empty).
+    pub blocks: u32,
+    /// What the blocks are.
+    pub status: LbaProvisioning,
+}
+
+/// The descriptors of GET LBA STATUS parameter data, in the order the target sent them: as many
+/// as both its PARAMETER DATA LENGTH and the bytes transferred hold.
+pub fn lba_status(b: &[u8]) -> Result<impl Iterator<Item = LbaStatusDesc> + '_, WireError> {
+    need("GET LBA STATUS data", b, 8)?;
+    // the length counts the bytes after itself
+    let claimed = (be32(b, 0) as usize).saturating_add(4);
+    let body = &b[8..claimed.min(b.len()).max(8)];
+    Ok(body.chunks_exact(16).map(|d| LbaStatusDesc {
+        lba: be64(d, 0),
+        blocks: be32(d, 8),
+        status: match d[12] & 0x0f {
+            1 => LbaProvisioning::Deallocated,
+            2 => LbaProvisioning::Anchored,
+            _ => LbaProvisioning::Mapped,
+        },
+    }))
+}
+
 /// READ CAPACITY(16) parameter data (SBC-4 5.20.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Capacity {
@@ -236,6 +276,42 @@ impl<'a> ReportLuns<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lba_desc(lba: u64, blocks: u32, status: u8) -> Vec<u8> {
+        let mut d = lba.to_be_bytes().to_vec();
+        d.extend_from_slice(&blocks.to_be_bytes());
+        d.extend_from_slice(&[status, 0, 0, 0]);
+        d
+    }
+
+    #[test]
+    fn lba_status_reads_as_many_descriptors_as_length_and_transfer_hold() {
+        let mut b = vec![0, 0, 0, 4 + 3 * 16, 0, 0, 0, 0];
+        b.extend(lba_desc(8, 16, 0));
+        b.extend(lba_desc(24, 100, 1));
+        b.extend(lba_desc(124, 4, 2));
+        let all: Vec<_> = lba_status(&b).unwrap().collect();
+        assert_eq!(all.len(), 3);
+        assert_eq!(
+            all[1],
+            LbaStatusDesc {
+                lba: 24,
+                blocks: 100,
+                status: LbaProvisioning::Deallocated
+            }
+        );
+        assert_eq!(all[2].status, LbaProvisioning::Anchored);
+        // cut short by the transfer, or by the length field; a reserved status is data
+        assert_eq!(lba_status(&b[..8 + 16 + 5]).unwrap().count(), 1);
+        b[3] = 4 + 16;
+        assert_eq!(lba_status(&b).unwrap().count(), 1);
+        b[3] = 0xff;
+        b[8 + 12] = 7;
+        let first = lba_status(&b).unwrap().next().unwrap();
+        assert_eq!(first.status, LbaProvisioning::Mapped);
+        assert!(lba_status(&b[..7]).is_err());
+        assert_eq!(lba_status(&[0u8; 8]).unwrap().count(), 0);
+    }
 
     #[test]
     fn lio_standard_inquiry() {

@@ -9,11 +9,12 @@ expect_eq() { [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"; ok "$1 = $3"; }
 expect_contains() { case "$2" in *"$3"*) ok "$1 contains '$3'";; *) fail "$1 does not contain '$3': $2";; esac; }
 # pattern FILE MIB: random bytes to write and compare
 pattern() { dd if=/dev/urandom of="$1" bs=1M count="$2" 2>/dev/null; }
-# nbd_serve SOCK NAME [ARGS...]: srp-ublk serve of the lab LUN on unix socket SOCK as export NAME in
-# the background (pid in $SRV, stdout/stderr in /tmp/serve.out / /tmp/serve.err), once it listens
+# nbd_serve SOCK NAME [ARGS...]: srp-ublk serve of the lab LUN (or of target $NBD_TARGET) on unix
+# socket SOCK as export NAME in the background (pid in $SRV, stdout/stderr in /tmp/serve.out /
+# /tmp/serve.err), once it listens
 nbd_serve() {
     _sock=$1; _name=$2; shift 2
-    srp-ublk serve --nbd "unix:$_sock" --name "$_name" --target "$SRP_TARGET" "$@" \
+    srp-ublk serve --nbd "unix:$_sock" --name "$_name" --target "${NBD_TARGET:-$SRP_TARGET}" "$@" \
         > /tmp/serve.out 2> /tmp/serve.err &
     SRV=$!
     _i=0; while ! grep -q serving /tmp/serve.out && [ $_i -lt 300 ]; do sleep 0.1; _i=$((_i + 1)); done
