@@ -7,6 +7,7 @@
 #        tests/lab/lab.sh run FILE        run shell script FILE inside a fresh guest; exits with its status
 #        tests/lab/lab.sh test            run the end-to-end suite: tests/lab/suite in one guest, then
 #                                         tests/lab/suite/systemd in a systemd guest (LAB_BOOT=systemd)
+#                                         and tests/lab/suite/boot in one set up at boot (LAB_SETUP=early)
 #        tests/lab/lab.sh demo            boot, show the target and attach it (tests/lab/demo.sh)
 #        tests/lab/lab.sh selftest        prove lab-run propagates exit codes (a script exiting 3 -> 3)
 #
@@ -14,7 +15,8 @@
 #   LAB_TIMEOUT   hard limit for one guest run in seconds (default 1500); qemu is killed after it
 #   LAB_MEM       guest memory (default 3072M)        LAB_SMP    guest vCPUs (default 2)
 #   SRP_LUN_MB    size of the LIO ramdisk LUN (default 256)
-#   LAB_SETUP     full (default: rxe + LIO target + ib_srp) or minimal (boot only; no fabric)
+#   LAB_SETUP     full (default: rxe + LIO target + ib_srp) or minimal (boot only; no fabric), or
+#                 early (LAB_BOOT=systemd: the full setup by a unit at boot, srp-ublk@boot enabled)
 #   LAB_BOOT      init (default: busybox /init, no init system) or systemd (a Debian root made by
 #                 mmdebstrap boots systemd and udev; srp-ublk's units and rules installed)
 #   KPKG          kernel package to use instead of the newest 6.12 from bookworm-backports
@@ -315,6 +317,13 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
         ln -s ../lab-job.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/lab-job.service"
         install -m 644 "$ROOT_DIR"/udev/*.rules "$STAGE/usr/lib/udev/rules.d/"
         install -D -m 644 "$ROOT_DIR/docs/multipath-srp-ublk.conf" "$STAGE/usr/share/doc/srp-ublk/multipath-srp-ublk.conf"
+        if [ "$LAB_SETUP" = early ]; then
+            # the port and the target at boot, and one target enabled as an administrator would
+            mkdir -p "$STAGE/usr/lib/systemd/system/sysinit.target.wants"
+            install -m 644 "$HERE/guest/lab-fabric.service" "$STAGE/usr/lib/systemd/system/"
+            ln -s ../lab-fabric.service "$STAGE/usr/lib/systemd/system/sysinit.target.wants/"
+            ln -s ../srp-ublk@.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/srp-ublk@boot.service"
+        fi
     else
         install -m 755 "$HERE/guest/init.sh" "$STAGE/init"
         install -m 755 "$SRP_UBLK_BIN" "$STAGE/usr/local/bin/srp-ublk"
@@ -335,7 +344,8 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
     local RUN=$LAB/run OUT=$LAB/out root init=/init
     case $LAB_BOOT in
         init) image; root=$BASE;;
-        systemd) sysroot; root=$SYSROOT; OUT=$LAB/out/systemd; init=/sbin/init;;
+        systemd) sysroot; root=$SYSROOT; OUT=$LAB/out/systemd; init=/sbin/init
+                 [ "$LAB_SETUP" = early ] && OUT=$LAB/out/boot;;
         *) die "LAB_BOOT=$LAB_BOOT: want init or systemd";;
     esac
     [ "$LAB_KERNEL" = new ] && OUT=$OUT/kernel-new
@@ -410,6 +420,10 @@ lab_test() {   # the suite in each kind of guest that has a selected test; fails
     if suite_wanted "$HERE/suite/systemd"; then
         ran=1; LAB_BOOT=systemd run_guest "$HERE/suite/run.sh" || rc=1
     fi
+    # a boot with the port and the target made early and a target enabled (tests/lab/suite/boot)
+    if suite_wanted "$HERE/suite/boot"; then
+        ran=1; LAB_BOOT=systemd LAB_SETUP=early run_guest "$HERE/suite/run.sh" || rc=1
+    fi
     # the tests with more to show on the new kernel, once more there (a subshell: a kernel of its own)
     local only="" t p
     for t in ${NEW_KERNEL_TESTS//,/ }; do
@@ -420,7 +434,7 @@ lab_test() {   # the suite in each kind of guest that has a selected test; fails
         ran=1; (KPKG=; NEW_KURL=; LAB_KERNEL=new; LAB_ONLY=${only#,}; LAB_BOOT=init
                 run_guest "$HERE/suite/run.sh") || rc=1
     fi
-    [ $ran = 1 ] || die "LAB_ONLY=${LAB_ONLY:-} selects no test in tests/lab/suite or tests/lab/suite/systemd"
+    [ $ran = 1 ] || die "LAB_ONLY=${LAB_ONLY:-} selects no test in tests/lab/suite, suite/systemd or suite/boot"
     return $rc
 }
 

@@ -24,7 +24,15 @@ export LAB_OUT=/lab-out CI LAB_SETUP SRP_LUN_MB LAB_JOB_NAME LAB_ONLY LAB_BOOT
 . /usr/lib/srp-lab/setup.sh
 
 echo "lab: kernel $(uname -r), job at uptime $(cut -d' ' -f1 /proc/uptime)s, boot=$LAB_BOOT setup=$LAB_SETUP"
-if ! lab_setup > /tmp/lab-setup.log 2>&1; then
+if [ "$LAB_SETUP" = early ]; then
+    # lab-fabric.service did the setup at boot
+    cp /run/lab-fabric.log /tmp/lab-setup.log 2>/dev/null
+    if ! cp /run/lab-env /tmp/lab-env 2>/dev/null; then
+        cat /tmp/lab-setup.log; systemctl status lab-fabric.service --no-pager
+        echo "lab: error: the boot-time setup (lab-fabric.service) did not finish"
+        finish 126
+    fi
+elif ! lab_setup > /tmp/lab-setup.log 2>&1; then
     cat /tmp/lab-setup.log
     cp /tmp/lab-setup.log "$LAB_OUT/lab-setup.log"
     echo "lab: error: the lab setup failed (log above, also in lab-setup.log of the guest's output directory)"

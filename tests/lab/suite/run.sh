@@ -3,9 +3,11 @@
 # exit 0 = pass, 77 = skipped for a missing kernel feature (counted as a failure when CI is set: CI runs
 # the lab, so nothing may skip there), anything else = fail. Logs go to $LAB_OUT/suite/NAME.log.
 # LAB_ONLY=pattern[,pattern...] runs only the tests whose name contains one of the patterns.
-# In a systemd guest (LAB_BOOT=systemd) the tests are those of suite/systemd.
+# In a systemd guest (LAB_BOOT=systemd) the tests are those of suite/systemd, and in one whose
+# fabric and target a unit made at boot (LAB_SETUP=early) those of suite/boot.
 SUITE=/usr/lib/srp-lab/suite
 [ "${LAB_BOOT:-init}" = systemd ] && SUITE=$SUITE/systemd
+[ "${LAB_SETUP:-full}" = early ] && SUITE=/usr/lib/srp-lab/suite/boot
 LIMIT=${SUITE_TEST_LIMIT:-600}
 # what a hung test leaves behind: tasks in D state with their kernel stacks, srp-ublk's queue threads
 dump_state() {
