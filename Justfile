@@ -28,7 +28,7 @@ build: deps
     cargo build --release --locked --features lab-target --example hostile_target
 
 # formatting, clippy, unit tests, fuzz smoke, the lab selftest and the lab's end-to-end suite
-test: deps fmt-check clippy unit fuzz-smoke lab-selftest vm-test lab-test
+test: deps fmt-check clippy unit fuzz-smoke lab-selftest vm-test vm-test-lab lab-test
 
 # cargo fmt --check
 fmt-check:
@@ -54,6 +54,10 @@ lab-test: build
 # a QEMU guest whose virtio-blk disk is srp-ublk's NBD export (docs/vm-hosts.md's options), read back
 vm-test: build
     bash tests/lab/vm/run.sh
+
+# a VM on /dev/ublkbN over the SRP LUN inside the lab guest (QEMU under QEMU, both TCG: ~3 min)
+vm-test-lab: build
+    bash tests/lab/vm/nested.sh
 
 # proves lab-run propagates a guest script's exit status
 lab-selftest: build

@@ -1,0 +1,60 @@
+#!/bin/bash
+# A VM on /dev/ublkbN over the SRP LUN, in the lab (issue 23): inside the lab guest (TCG), srp-ublk
+# attaches LIO's LUN 0 over soft-RoCE and a second QEMU (TCG under TCG) boots the lab's kernel with
+# /dev/ublkb0 as its virtio-blk disk (cache.direct=on), makes an ext4 file system, writes files and
+# powers off; the lab guest then checks the file system and the files on /dev/ublkb0. The inner
+# QEMU, its firmware, the kernel and a small initramfs come from the host through a 9p share.
+# Prints "vm-lab: N passed, N failed" and how long the inner VM took.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+LAB=${LAB_DIR:-$ROOT/target/lab}
+NEST=$LAB/nested
+fail() { echo "vm-lab: FAIL: $*"; echo "vm-lab: 0 passed, 1 failed"; exit 1; }
+bash "$ROOT/tests/lab/lab.sh" prep
+KDIR=$(ls -d "$LAB"/kernels/linux-image-6.12* | sort -V | tail -1)
+KV=$(ls "$KDIR/lib/modules")
+rm -rf "$NEST"; mkdir -p "$NEST"/{lib,firmware,init/{bin,sbin,lib64,mods,proc,sys,dev,mnt,tmp}}
+# the inner QEMU and its libraries, run through the dynamic loader with --library-path
+Q=/usr/bin/qemu-system-x86_64
+cp "$Q" "$NEST/"
+for lib in $(ldd "$Q" | grep -o '/[^ )]*'); do cp -L "$lib" "$NEST/lib/"; done
+for f in /usr/share/seabios/bios-256k.bin /usr/share/qemu/linuxboot_dma.bin /usr/share/qemu/linuxboot.bin \
+         /usr/share/qemu/kvmvapic.bin; do
+    cp -L "$f" "$NEST/firmware/" || fail "no $f (seabios, qemu-system-data)"
+done
+cp "$KDIR/boot/vmlinuz-$KV" "$NEST/vmlinuz"
+# the inner initramfs: busybox, mke2fs, the block and file system modules, the job as /init
+I=$NEST/init
+cp /bin/busybox "$I/bin/busybox"
+for a in sh mount umount insmod sleep cat echo dd mkdir sha256sum sync poweroff seq cut; do
+    ln -s busybox "$I/bin/$a"
+done
+cp -L /usr/sbin/mke2fs "$I/sbin/mke2fs"
+for lib in $(ldd /usr/sbin/mke2fs | grep -o '/[^ )]*'); do
+    mkdir -p "$I$(dirname "$lib")"; cp -L "$lib" "$I$lib"
+done
+for m in crc16 mbcache jbd2 crc32c_generic ext4 virtio_blk; do
+    f=$(modinfo -b "$KDIR" -k "$KV" -F filename "$m" 2>/dev/null) || continue
+    case $f in
+        *.xz) xz -dc "$f" > "$I/mods/$m.ko";;
+        *.zst) zstd -qdc "$f" > "$I/mods/$m.ko";;
+        /*) cp "$f" "$I/mods/$m.ko";;
+    esac
+done
+install -m 755 "$ROOT/tests/lab/vm/inner-init.sh" "$I/init"
+(cd "$I" && find . | cpio -o -H newc --quiet | gzip -1) > "$NEST/initrd.gz"
+rm -rf "$I"
+# the documented options for a VM on /dev/ublkbN, as written (the first -blockdev/-device pair)
+DOC=$ROOT/docs/vm-hosts.md
+blockdev=$(grep -m1 -o -- '-blockdev driver=host_device,[^ ]*' "$DOC") || fail "no host_device -blockdev in $DOC"
+device=$(grep -m1 -o -- '-device virtio-blk-pci,drive=[^ ]*' "$DOC") || fail "no -device line in $DOC"
+echo "$blockdev $device" > "$NEST/qemu-disk-opts"
+echo "vm-lab: qemu options from docs/vm-hosts.md: $blockdev $device"
+echo "vm-lab: inner VM staged in $NEST ($(du -sh "$NEST" | cut -f1))"
+t0=$SECONDS
+LAB_TIMEOUT=${LAB_TIMEOUT:-1500} \
+    LAB_QEMU_EXTRA="-virtfs local,path=$NEST,mount_tag=nested,security_model=none,id=nested" \
+    bash "$ROOT/tests/lab/lab.sh" run "$ROOT/tests/lab/vm/guest-nested.sh" || fail "the lab guest failed"
+echo "vm-lab: the lab guest finished in $((SECONDS - t0)) s"
+cat "$LAB/out/nested-time.txt" 2>/dev/null || true
+echo "vm-lab: 1 passed, 0 failed"
