@@ -4,9 +4,12 @@
 use anyhow::{bail, Context};
 use clap::Args;
 use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
+use srp_ublk::channel::block::Geometry;
 use srp_ublk::channel::block::WriteCache;
 use srp_ublk::frontend::nbd::{self, Export, Limits, Listen, Source};
-use srp_ublk::session::Session;
+use srp_ublk::rdma::verbs_device_present;
+use srp_ublk::session::state::LunIdentity;
+use srp_ublk::session::{detached_channels, Relogin, Session, SrpChannel};
 use srp_ublk::wire::target::TargetSpec;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
@@ -83,6 +86,139 @@ fn chunk_bytes(blocks: u32, bs: u32) -> u32 {
     blocks.clamp(1, cap) * bs
 }
 
+/// What a server hands the image that replaces it when its RDMA device goes away
+/// ([`watch_device`]): the export as it was served, so that the new image serves it at once and
+/// its channels log in when the device is back (to this LUN only).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct NbdHandover {
+    size: u64,
+    min_block: u32,
+    max_io: u32,
+    read_only: bool,
+    geo: Geometry,
+    max_trim: u32,
+    max_zero: u32,
+    depth: u16,
+    channels: u16,
+    lun: u64,
+    rdma_device: String,
+    identity: LunIdentity,
+}
+
+/// The environment variable that carries an [`NbdHandover`] (JSON) to the new image.
+const HANDOVER_ENV: &str = "SRP_UBLK_NBD_HANDOVER";
+
+/// A session opened on the target: its channels and what the export is.
+fn opened(
+    a: &ServeArgs,
+    target: &TargetSpec,
+) -> anyhow::Result<(NbdHandover, Vec<SrpChannel>, Relogin)> {
+    let s = Session::open(target, &a.session.options(Some(target))?)?;
+    let max_io = s.lun.max_io_bytes(target.opts.max_sect);
+    let bs = s.lun.capacity.block_len;
+    tracing::info!(
+        "serving LUN {} ({} {}, {} bytes) over {} SRP channel(s)",
+        s.lun.lun,
+        s.lun.inquiry.vendor,
+        s.lun.inquiry.product,
+        s.lun.size(),
+        s.channels.len()
+    );
+    let h = NbdHandover {
+        size: s.lun.size(),
+        min_block: bs,
+        max_io,
+        read_only: s.lun.read_only,
+        geo: s.lun.geometry(),
+        max_trim: chunk_bytes(s.lun.max_unmap_blocks(), bs),
+        max_zero: chunk_bytes(s.lun.max_write_same_blocks(max_io), bs),
+        depth: s.depth,
+        channels: s.channels.len() as u16,
+        lun: s.lun.lun,
+        rdma_device: s.rdma_device.clone(),
+        identity: LunIdentity {
+            wwid: s.lun.wwid.clone(),
+            serial: s.lun.serial.clone(),
+            size: s.lun.size(),
+            block_size: bs,
+        },
+    };
+    Ok((h, s.channels, s.relogin))
+}
+
+/// The export a replaced image served ([`HANDOVER_ENV`]), on channels that log in once the RDMA
+/// device is back.
+fn taken_over(
+    a: &ServeArgs,
+    target: &TargetSpec,
+    json: &str,
+) -> anyhow::Result<(NbdHandover, Vec<SrpChannel>, Relogin)> {
+    std::env::remove_var(HANDOVER_ENV);
+    let h: NbdHandover = serde_json::from_str(json).with_context(|| {
+        format!("{HANDOVER_ENV} does not describe an export (set by srp-ublk only)")
+    })?;
+    let channels = detached_channels(&h.rdma_device, h.channels, h.depth, h.lun);
+    let timeout = std::time::Duration::from_secs(a.session.timeout);
+    let relogin = Relogin::new(target, h.lun, h.depth, timeout).expecting(h.identity.clone());
+    tracing::warn!(
+        "serving LUN {} again after RDMA device {} went away: {} channel(s) log in as it comes back",
+        h.lun,
+        h.rdma_device,
+        h.channels
+    );
+    Ok((h, channels, relogin))
+}
+
+/// Watches the RDMA device under the export: once it goes away, replaces this process's image
+/// (execve: same pid, every descriptor closed) with one that serves the same export. librdmacm
+/// keeps a handle on every device it has used until the process image ends, and the kernel finishes
+/// a removal (`rdma link delete`, a driver unloaded) only then: a server that kept running would
+/// hold the removal up for as long as it runs. Clients see their connection close (QEMU's
+/// `reconnect-delay` reconnects and sends again what was not answered); the socket is bound again
+/// at once and the export serves as soon as the device is back.
+fn watch_device(h: NbdHandover) {
+    let spawned = std::thread::Builder::new()
+        .name("rdma-watch".into())
+        .spawn(move || {
+            let mut present = verbs_device_present(&h.rdma_device);
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                let now = verbs_device_present(&h.rdma_device);
+                if present && !now {
+                    hand_over(&h);
+                }
+                present = now;
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(
+            "no thread to watch RDMA device removal ({e}): a removal waits for this server to end"
+        );
+    }
+}
+
+/// Replaces the image (see [`watch_device`]); returns only if that failed.
+fn hand_over(h: &NbdHandover) {
+    use std::os::unix::process::CommandExt;
+    tracing::warn!(
+        "RDMA device {} is being removed: serving the export from a new image of this process \
+         (same pid) so that the removal can finish; clients reconnect",
+        h.rdma_device
+    );
+    let json = match serde_json::to_string(h) {
+        Ok(j) => j,
+        Err(e) => return tracing::error!("cannot hand the export over: {e}"),
+    };
+    let err = std::process::Command::new("/proc/self/exe")
+        .args(std::env::args_os().skip(1))
+        .env(HANDOVER_ENV, json)
+        .exec();
+    tracing::error!(
+        "cannot re-execute /proc/self/exe ({err}): the RDMA device's removal waits until this \
+         server is stopped"
+    );
+}
+
 /// Runs `serve`.
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let listen = match &a.nbd {
@@ -95,38 +231,32 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         (Some(t), None) => {
             let target = a.session.apply(TargetSpec::parse(t)?);
             let timers = a.timer_args.timers()?;
-            let s = Session::open(&target, &a.session.options(Some(&target))?)?;
-            let geo = s.lun.geometry();
-            let max_io = s.lun.max_io_bytes(target.opts.max_sect);
-            let bs = s.lun.capacity.block_len;
-            tracing::info!(
-                "serving LUN {} ({} {}, {} bytes) over {} SRP channel(s)",
-                s.lun.lun,
-                s.lun.inquiry.vendor,
-                s.lun.inquiry.product,
-                s.lun.size(),
-                s.channels.len()
-            );
-            Export {
+            let (h, channels, relogin) = match std::env::var(HANDOVER_ENV) {
+                Ok(json) => taken_over(&a, &target, &json)?,
+                Err(_) => opened(&a, &target)?,
+            };
+            let export = Export {
                 name: a.name.clone(),
-                size: s.lun.size(),
-                min_block: s.lun.capacity.block_len,
-                max_io,
-                read_only: s.lun.read_only,
-                fast_zero: geo.write_same_unmap && s.lun.capacity.lbprz,
-                trim: geo.unmap,
-                cache: geo.cache,
-                max_trim: chunk_bytes(s.lun.max_unmap_blocks(), bs),
-                max_zero: chunk_bytes(s.lun.max_write_same_blocks(max_io), bs),
-                lba_status: AtomicBool::new(geo.lbpme),
+                size: h.size,
+                min_block: h.min_block,
+                max_io: h.max_io,
+                read_only: h.read_only,
+                fast_zero: h.geo.write_same_unmap && h.geo.lbprz,
+                trim: h.geo.unmap,
+                cache: h.geo.cache,
+                max_trim: h.max_trim,
+                max_zero: h.max_zero,
+                lba_status: AtomicBool::new(h.geo.lbpme),
                 source: Source::Srp {
-                    pool: Arc::new(nbd::Pool::new(s.channels, s.relogin.clone())),
-                    geo,
-                    depth: s.depth,
-                    relogin: s.relogin.clone(),
+                    pool: Arc::new(nbd::Pool::new(channels, relogin.clone())),
+                    geo: h.geo,
+                    depth: h.depth,
+                    relogin,
                     timers,
                 },
-            }
+            };
+            watch_device(h);
+            export
         }
         (None, Some(b)) => {
             let (kind, size) = parse_spec(b)?;

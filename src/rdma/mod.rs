@@ -173,3 +173,15 @@ pub fn poll_two(fd0: RawFd, ev0: i16, fd1: Option<RawFd>, timeout_ms: i32) -> (b
     }
     (fds[0].revents != 0, fds[1].revents != 0)
 }
+
+/// Whether RDMA device `name` (e.g. "rxe0") can be opened for verbs: its uverbs node is listed
+/// under /sys/class/infiniband_verbs. A removal takes that node away first and then waits for
+/// every process that has the device open, so this turns false as soon as a removal starts (the
+/// device itself stays listed under /sys/class/infiniband until the removal finishes).
+pub fn verbs_device_present(name: &str) -> bool {
+    let Ok(dir) = std::fs::read_dir("/sys/class/infiniband_verbs") else {
+        return false;
+    };
+    dir.flatten()
+        .any(|e| std::fs::read_to_string(e.path().join("ibdev")).is_ok_and(|d| d.trim() == name))
+}

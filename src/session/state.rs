@@ -269,7 +269,7 @@ pub fn create_new(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
 }
 
 /// What tells one LUN from another, as a device's state file and a fresh login see it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LunIdentity {
     /// The scsi_id-style identifier (VPD 0x83).
     pub wwid: Option<String>,
