@@ -3,7 +3,8 @@
 # in the kernel for as long as the server ran: librdmacm keeps every device it has used open until
 # the process image ends), binds its socket again and serves the export once the device is back.
 # qemu-io, a real QEMU NBD client with reconnect-delay, writes, idles across the removal, writes
-# again and reads both back.
+# again and reads both back; then qemu-img convert writes 64 MiB across a second removal, and the
+# data is read back through ib_srp.
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh
 SOCK=/run/srp-ublk/rm.sock
@@ -52,9 +53,33 @@ grep -q "is being removed: serving the export from a new image" /tmp/serve.err |
     fail "the server did not say it handed over"
 expect_eq "images that served the export" "$(grep -c "serving NBD export 'rm'" /tmp/serve.out)" 2
 ok "$(grep -m1 "serving LUN 0 again" /tmp/serve.err)"
+
+# under I/O: qemu-img convert writes 64 MiB into the export at 8 MiB/s while rxe0 is deleted and
+# added back; what it wrote is read back through ib_srp
+pattern /tmp/p64 64
+qemu-img convert -n -r 8M -f raw /tmp/p64 --target-image-opts "$OPTS" > /tmp/conv.out 2>&1 &
+CONV=$!
+sleep 3
+t=$(now)
+rdma link delete rxe0 & RDEL=$!
+i=0; while kill -0 $RDEL 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+kill -0 $RDEL 2>/dev/null && fail "rdma link delete rxe0 under I/O still hangs after 30 s"
+wait $RDEL || fail "rdma link delete rxe0 under I/O failed"
+echo "rdma link delete rxe0 under I/O finished in $(since "$t") s"
+kill -0 $CONV 2>/dev/null || fail "qemu-img convert ended before the port came back: $(cat /tmp/conv.out)"
+lab_target_port_remove "$SRP_TPG"
+sleep 2
+rdma link add rxe0 type rxe netdev dummy0 && waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 &&
+    lab_target_port >/dev/null || fail "bringing the port back under I/O"
+t=$(now)
+wait $CONV; rc=$?
+echo "qemu-img convert ended $(since "$t") s after the port came back (rc $rc): $(cat /tmp/conv.out)"
+expect_eq "qemu-img convert exit status" "$rc" 0
+expect_eq "the server's pid after a removal under I/O" "$(pidof srp-ublk)" "$pid"
+expect_eq "images that served the export" "$(grep -c "serving NBD export 'rm'" /tmp/serve.out)" 3
 # the data through ib_srp, after the server is gone
 kill $SRV; wait $SRV 2>/dev/null; SRV=
 dev=$(lab-ref-attach) || fail "lab-ref-attach"
-want=$( (dd if=/dev/zero bs=1M count=1 | tr '\0' '\141'; dd if=/dev/zero bs=1M count=1 | tr '\0' '\142') 2>/dev/null | sha256sum | cut -c1-64)
-expect_eq "the LUN's first 2 MiB through ib_srp" "$(sha_range "$dev" 0 2)" "$want"
+expect_eq "the 64 MiB qemu-img convert wrote, through ib_srp" "$(sha_range "$dev" 0 64)" \
+    "$(sha256sum < /tmp/p64 | cut -c1-64)"
 lab-ref-detach >/dev/null 2>&1
