@@ -301,8 +301,10 @@ impl<'a> SrpCmd<'a> {
         for d in [&self.data_out, &self.data_in] {
             off = write_desc(out, off, d);
         }
-        // padding between the descriptors and immediate data
-        out[off..total].fill(0);
+        // padding between the descriptors and immediate data (none without immediate data)
+        if off < total {
+            out[off..total].fill(0);
+        }
         Ok(total)
     }
 }
