@@ -6,7 +6,8 @@
 # tests/lab/bench/counters.py makes the table (per-round ratios, their median and range).
 #
 # Knobs (the host prepends them): BENCH_ROUNDS (5), BENCH_SECS (10, after 1 s ramp), BENCH_QUEUES (2),
-# BENCH_DEPTH (64), BENCH_CASES, BENCH_SCOPES (the rkey scopes srp-ublk runs with, "command login").
+# BENCH_DEPTH (64), BENCH_CASES, BENCH_SCOPES (the rkey scopes srp-ublk runs with, "command login"),
+# BENCH_BASELINE_NAME (set by run.sh for BENCH_BASELINE=BINARY: that binary as srp_ublk_baseline).
 set -u
 ROUNDS=${BENCH_ROUNDS:-5}
 SECS=${BENCH_SECS:-10}
@@ -62,6 +63,17 @@ for scope in $SCOPES; do
     inis="$inis $name:$d:$p"
     echo "counters: srp-ublk rkey_scope=$scope $d (daemon $p) as $name"
 done
+# an older srp-ublk binary (BENCH_BASELINE on the host: a 9p share "baseline"), with its defaults
+if [ -n "${BENCH_BASELINE_NAME:-}" ]; then
+    mkdir -p /mnt/baseline
+    mount -t 9p -o trans=virtio,version=9p2000.L baseline /mnt/baseline || die "mounting the baseline share"
+    B=/mnt/baseline/srp-ublk
+    echo "version_baseline=$($B --version)" >> "$OUT/meta"
+    d=$($B add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH") || die "baseline add failed"
+    p=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${d#/dev/}.json" | grep -o '[0-9]*$')
+    inis="$inis srp_ublk_baseline:$d:$p"; BD=$d
+    echo "counters: baseline srp-ublk ($($B --version)) $d (daemon $p) as srp_ublk_baseline"
+fi
 sd=$(lab-ref-attach "ch_count=$QUEUES,queue_size=$((DEPTH + 1))") || die "lab-ref-attach failed"
 inis="$inis ib_srp:$sd:"
 echo "counters: ib_srp $sd"
@@ -78,6 +90,7 @@ for r in $(seq "$ROUNDS"); do
         done
     done
 done
+[ -n "${BD:-}" ] && { $B del -n "${BD#/dev/ublkb}" >/dev/null || die "baseline del failed"; }
 srp-ublk del --all >/dev/null || die "srp-ublk del failed"
 lab-ref-detach >/dev/null
 echo "counters: done; raw results in $OUT"

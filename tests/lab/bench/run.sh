@@ -10,17 +10,28 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 command -v python3 >/dev/null || { echo "bench: python3 is needed for the report (apt-get install python3)" >&2; exit 2; }
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
+# BENCH_BASELINE=BINARY (counters): an older srp-ublk binary runs beside the current one, as the
+# initiator srp_ublk_baseline, through a 9p share of its own
+extra=
+if [ -n "${BENCH_BASELINE:-}" ]; then
+    [ -x "$BENCH_BASELINE" ] || { echo "bench: BENCH_BASELINE=$BENCH_BASELINE is not an executable" >&2; exit 2; }
+    base_dir=$ROOT/target/bench/baseline
+    rm -rf "$base_dir"; mkdir -p "$base_dir"; cp "$BENCH_BASELINE" "$base_dir/srp-ublk"
+    extra="-virtfs local,path=$base_dir,mount_tag=baseline,security_model=none,id=baseline"
+    BENCH_BASELINE_NAME=baseline
+fi
 job=$(mktemp /tmp/srp-ublk-bench.XXXXXX.sh)
 trap 'rm -f "$job"' EXIT
 {
     echo '#!/bin/sh'
-    for v in BENCH_ROUNDS BENCH_SECS BENCH_QUEUES BENCH_DEPTH BENCH_CASES BENCH_MODES BENCH_SCOPES; do
+    for v in BENCH_ROUNDS BENCH_SECS BENCH_QUEUES BENCH_DEPTH BENCH_CASES BENCH_MODES BENCH_SCOPES \
+             BENCH_BASELINE_NAME; do
         [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
     done
     if [ "$WHAT" = counters ]; then cat "$HERE/counters.sh"; else cat "$HERE/guest.sh"; fi
 } > "$job"
 t0=$SECONDS
-LAB_TIMEOUT=${LAB_TIMEOUT:-2400} bash "$ROOT/tests/lab/lab.sh" run "$job"
+LAB_QEMU_EXTRA="$extra" LAB_TIMEOUT=${LAB_TIMEOUT:-2400} bash "$ROOT/tests/lab/lab.sh" run "$job"
 mkdir -p "$ROOT/target/bench"
 if [ "$WHAT" = counters ]; then
     raw=$ROOT/target/bench/counters-$stamp
