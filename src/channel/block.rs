@@ -188,11 +188,12 @@ pub fn to_scsi(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::wire::scsi::cdb::op;
 
-    const GEO: Geometry = Geometry {
+    /// A thin 512 MiB LUN of 512-byte blocks with every feature (other modules' tests use it too).
+    pub(crate) const GEO: Geometry = Geometry {
         block_shift: 9,
         blocks: 1 << 20,
         unmap: true,

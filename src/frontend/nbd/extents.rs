@@ -60,17 +60,7 @@ pub(super) fn allocation(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channel::block::WriteCache;
-
-    const GEO: Geometry = Geometry {
-        block_shift: 9,
-        blocks: 1 << 20,
-        unmap: true,
-        write_same_unmap: true,
-        cache: WriteCache::LEGACY,
-        lbpme: true,
-        lbprz: true,
-    };
+    use crate::channel::block::tests::GEO;
     const DATA: u32 = 0;
     const HOLE: u32 = state::HOLE | state::ZERO;
 
