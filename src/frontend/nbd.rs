@@ -207,6 +207,8 @@ fn step(ex: &Export, op: BlockOp, off: u64, len: u64, fua: bool) -> (BlockOp, u3
 }
 
 const SPINS: u32 = 200;
+/// How long a connection keeps reading its socket after it last made progress before it sleeps.
+const SOCKET_SPIN: Duration = Duration::from_micros(50);
 
 /// An error reply: a structured error chunk for a READ once structured replies are on (its success
 /// is a chunk too), a simple reply otherwise.
@@ -290,6 +292,7 @@ fn would_block(e: &io::Error) -> bool {
 impl Conn<'_> {
     fn run(mut self) -> io::Result<()> {
         let mut spins = 0u32;
+        let mut last = Instant::now();
         loop {
             let mut progress = self.fill()?;
             progress |= self.dispatch()?;
@@ -303,11 +306,18 @@ impl Conn<'_> {
             }
             if progress {
                 spins = 0;
+                last = Instant::now();
                 continue;
             }
             // nothing to do right now: spin a little while commands are in flight, then sleep
             if self.exec.busy() && spins < SPINS {
                 spins += 1;
+                continue;
+            }
+            // and on the socket for a moment after the last request or reply: a client working at
+            // QD1 sends its next request within microseconds, and sleeping in poll(2) for it costs a
+            // wake-up on each side per request
+            if last.elapsed() < SOCKET_SPIN {
                 continue;
             }
             self.wait(tls_left);
