@@ -33,8 +33,8 @@
 //! (its QP is in the error state); the initiator logs in again and this target serves it.
 //!
 //! Run: `hostile_target --listen 10.77.0.1:5556 --case late-write [--mib 64] [--min-bytes N]
-//! [--thin]` (the
-//! lab builds it with `cargo build --release --features lab-target --example hostile_target`).
+//! [--thin]` (the lab builds it with `cargo build --release --features lab-target --example
+//! hostile_target`).
 
 use srp_ublk::rdma::listener::{Incoming, Listener, OpFailed, Peer, RECV_BYTES};
 use srp_ublk::wire::srp::{
@@ -518,12 +518,9 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let thin = if args.iter().any(|a| a == "--thin") {
-        " (thin)"
-    } else {
-        ""
-    };
-    eprintln!("hostile: listening on {listen}, case {case:?}, {mib} MiB disk{thin}");
+    let thin = args.iter().any(|a| a == "--thin");
+    let label = if thin { " (thin)" } else { "" };
+    eprintln!("hostile: listening on {listen}, case {case:?}, {mib} MiB disk{label}");
     let mut t = Target {
         disk: vec![0u8; mib << 20],
         case,
@@ -531,10 +528,7 @@ fn main() {
         attacked: false,
         min_bytes,
         last_tag: None,
-        mapped: args
-            .iter()
-            .any(|a| a == "--thin")
-            .then(|| vec![false; (mib << 20) / BLOCK as usize]),
+        mapped: thin.then(|| vec![false; (mib << 20) / BLOCK as usize]),
     };
     let mut peer: Option<Peer> = None;
     loop {

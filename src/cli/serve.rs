@@ -91,8 +91,6 @@ fn chunk_bytes(blocks: u32, bs: u32) -> u32 {
 /// its channels log in when the device is back (to this LUN only).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct NbdHandover {
-    size: u64,
-    min_block: u32,
     max_io: u32,
     read_only: bool,
     geo: Geometry,
@@ -125,8 +123,6 @@ fn opened(
         s.channels.len()
     );
     let h = NbdHandover {
-        size: s.lun.size(),
-        min_block: bs,
         max_io,
         read_only: s.lun.read_only,
         geo: s.lun.geometry(),
@@ -136,12 +132,7 @@ fn opened(
         channels: s.channels.len() as u16,
         lun: s.lun.lun,
         rdma_device: s.rdma_device.clone(),
-        identity: LunIdentity {
-            wwid: s.lun.wwid.clone(),
-            serial: s.lun.serial.clone(),
-            size: s.lun.size(),
-            block_size: bs,
-        },
+        identity: s.lun.identity(),
     };
     Ok((h, s.channels, s.relogin))
 }
@@ -237,8 +228,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             };
             let export = Export {
                 name: a.name.clone(),
-                size: h.size,
-                min_block: h.min_block,
+                size: h.identity.size,
+                min_block: h.identity.block_size,
                 max_io: h.max_io,
                 read_only: h.read_only,
                 fast_zero: h.geo.write_same_unmap && h.geo.lbprz,

@@ -126,6 +126,15 @@ impl LunInfo {
             lbprz: self.capacity.lbprz,
         }
     }
+    /// What tells this LUN from another (a new login must find the same).
+    pub fn identity(&self) -> LunIdentity {
+        LunIdentity {
+            wwid: self.wwid.clone(),
+            serial: self.serial.clone(),
+            size: self.size(),
+            block_size: self.capacity.block_len,
+        }
+    }
     /// The write cache (what FUA and FLUSH become, for both front ends).
     pub fn write_cache(&self) -> WriteCache {
         WriteCache {

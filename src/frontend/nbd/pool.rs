@@ -129,8 +129,9 @@ impl<C> Pool<C> {
         match (self.login)() {
             Ok(ch) => {
                 tracing::info!("NBD: a new SRP channel logged in for a connection (one was lost)");
-                // the fabric works: the lost channels' disconnects can go now
-                let dead = std::mem::take(&mut self.lock()?.dead);
+                // the fabric works: the lost channels' disconnects can go now (outside the lock;
+                // a poisoned pool keeps them rather than lose the channel just logged in)
+                let dead = self.lock().map(|mut st| std::mem::take(&mut st.dead));
                 drop(dead);
                 Ok(ch)
             }
