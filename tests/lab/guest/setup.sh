@@ -76,6 +76,18 @@ lab_target_port() {
     echo "target: $TPG lun_0/1/2 -> rd_mcp ramdisk0/1/2 ${SRP_LUN_MB}/32/16 MiB, RDMA/CM port $LAB_PORT, ACL $LAB_IP"
 }
 
+# lab_port_back: rxe0 added again and LIO's target port made on it (after `rdma link delete rxe0` and
+# lab_target_port_remove); lab_port_restore: whatever of that a test left undone (for traps)
+lab_port_back() {
+    rdma link add rxe0 type rxe netdev dummy0 && waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 &&
+        lab_target_port >/dev/null
+}
+lab_port_restore() {
+    [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
+    waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10
+    [ -d "$SRP_TPG" ] || lab_target_port >/dev/null
+}
+
 # lab_target_port_remove TPG: takes the target port's configuration apart (what is left of it once
 # its RDMA device was removed), innermost first
 lab_target_port_remove() {

@@ -7,12 +7,7 @@
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh
 ublk_cleanup   # nothing left over from an earlier test may count in the queue states below
-restore() {   # whatever the test left half done: rxe0 and the LIO port back
-    [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
-    waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10
-    [ -d "$SRP_TPG" ] || lab_target_port >/dev/null
-}
-trap 'restore; show_logs; ublk_cleanup' EXIT
+trap 'lab_port_restore; show_logs; ublk_cleanup' EXIT
 dev=$(ublk_add --queues 2 --reconnect-delay 2 --fast-io-fail-tmo 90 --dev-loss-tmo 300) || fail "srp-ublk add: $dev"
 id=${dev#/dev/ublkb}
 pid=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/ublkb$id.json" | grep -o '[0-9]*$')
@@ -32,8 +27,7 @@ fault_down() {   # rxe0 deleted (bounded: the delete waits for every user of the
     expect_contains "removal $1: list while the device is gone" "$(srp-ublk list)" "blocked"
 }
 fault_up() {   # rxe0 back (same MAC: same GID), the LIO port configured again
-    rdma link add rxe0 type rxe netdev dummy0 && waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 &&
-        lab_target_port >/dev/null
+    lab_port_back
 }
 fault_cycles 3 removal "$dev" 60
 fault_finish "$r0"

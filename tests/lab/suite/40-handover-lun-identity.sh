@@ -7,9 +7,7 @@
 ublk_cleanup
 RD=/sys/kernel/config/target/core/rd_mcp_0
 restore() {
-    [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
-    waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10
-    [ -d "$SRP_TPG" ] || lab_target_port >/dev/null
+    lab_port_restore
     if [ -e "$SRP_TPG/lun/lun_1/ramdisk9" ]; then
         lab_unmap_lun "$SRP_TPG" $LAB_IP 1 ramdisk9 && lab_map_lun "$SRP_TPG" $LAB_IP 1 $RD/ramdisk1
     fi
@@ -25,8 +23,7 @@ dd if=/tmp/p1 of="$dev" bs=1M oflag=direct conv=fsync 2>/dev/null || fail "write
 t0=$(now)
 rdma link delete rxe0 || fail "rdma link delete rxe0"
 lab_target_port_remove "$SRP_TPG"
-rdma link add rxe0 type rxe netdev dummy0 && waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 &&
-    lab_target_port >/dev/null || fail "bringing rxe0 and the target port back"
+lab_port_back || fail "bringing rxe0 and the target port back"
 lab_unmap_lun "$SRP_TPG" $LAB_IP 1 ramdisk1 || fail "unmapping LUN 1"
 mkdir -p $RD/ramdisk9 && echo rd_pages=8192 > $RD/ramdisk9/control && echo 1 > $RD/ramdisk9/enable &&
     lab_unit_serial $RD/ramdisk9 9 && lab_map_lun "$SRP_TPG" $LAB_IP 1 $RD/ramdisk9 ||

@@ -6,16 +6,14 @@
 # for (case lba-status) gets every block reported as data. LIO refuses GET LBA STATUS (INVALID
 # FIELD IN CDB): its thin fileio LUN is reported as data, with one log line.
 . /usr/lib/srp-lab/suite/lib.sh
+. /usr/lib/srp-lab/setup.sh
 hostile_setup
 HPID=; SRV=; KPID=
-CFG=/sys/kernel/config/target
 FIO=$CFG/core/fileio_46/thin
-TPG=$(ls -d $CFG/srpt/*/tpgt_1 | head -1)
-ACL=$(basename "$(ls -d "$TPG"/acls/* | head -1)")
 unmap_fileio() {
     [ -d "$FIO" ] || return 0
-    rm -f "$TPG/acls/$ACL/lun_46/lun_46" "$TPG/lun/lun_46/thin"
-    rmdir "$TPG/acls/$ACL/lun_46" "$TPG/lun/lun_46" "$FIO" "$CFG/core/fileio_46" 2>/dev/null
+    lab_unmap_lun "$SRP_TPG" $LAB_IP 46 thin
+    rmdir "$FIO" "$CFG/core/fileio_46" 2>/dev/null
 }
 trap 'kill $SRV $KPID $HPID 2>/dev/null; unmap_fileio; rm -f /tmp/thin.img' EXIT
 SOCK=/run/srp-ublk/thin.sock
@@ -78,9 +76,7 @@ mkdir -p "$FIO" || fail "fileio backstore"
 echo "fd_dev_name=/tmp/thin.img,fd_dev_size=16777216" > "$FIO/control"
 echo 1 > "$FIO/enable" || fail "enabling the fileio backstore"
 echo 1 > "$FIO/attrib/emulate_tpu" || fail "emulate_tpu=1 on fileio"
-mkdir -p "$TPG/lun/lun_46" && ln -s "$FIO" "$TPG/lun/lun_46/thin" &&
-    mkdir -p "$TPG/acls/$ACL/lun_46" && ln -s "$TPG/lun/lun_46" "$TPG/acls/$ACL/lun_46/lun_46" ||
-    fail "mapping the fileio LUN as LUN 46"
+lab_map_lun "$SRP_TPG" $LAB_IP 46 "$FIO" || fail "mapping the fileio LUN as LUN 46"
 nbd_serve $SOCK lio --lun 46 --queues 1
 m1=$(nbdinfo --map "nbd+unix:///lio?socket=$SOCK") || fail "nbdinfo --map (LIO)"
 m2=$(nbdinfo --map "nbd+unix:///lio?socket=$SOCK") || fail "nbdinfo --map (LIO, again)"

@@ -9,13 +9,19 @@
 . /usr/lib/srp-lab/setup.sh
 SOCK=/run/srp-ublk/rm.sock
 QIO=
-restore() {
-    [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
-    waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10
-    [ -d "$SRP_TPG" ] || lab_target_port >/dev/null
-}
-trap 'restore; kill $SRV $QIO 2>/dev/null; tail -n 30 /tmp/serve.err' EXIT
+trap 'lab_port_restore; kill $SRV $QIO 2>/dev/null; tail -n 30 /tmp/serve.err' EXIT
 mkdir -p /run/srp-ublk
+# remove_rxe0 WHEN: rdma link delete rxe0 in the background (a hung one cannot be killed and would
+# hang this test), failing after 30 s; then LIO's port on it is taken apart
+remove_rxe0() {
+    _t=$(now)
+    rdma link delete rxe0 & _rdel=$!
+    _i=0; while kill -0 $_rdel 2>/dev/null && [ $_i -lt 300 ]; do sleep 0.1; _i=$((_i + 1)); done
+    kill -0 $_rdel 2>/dev/null && fail "rdma link delete rxe0 ($1) still hangs after 30 s with the NBD server running"
+    wait $_rdel || fail "rdma link delete rxe0 ($1) failed"
+    echo "rdma link delete rxe0 ($1) finished in $(since "$_t") s"
+    lab_target_port_remove "$SRP_TPG"
+}
 nbd_serve $SOCK rm --queues 2 --reconnect-delay 1 --fast-io-fail-tmo 60
 pid=$SRV
 OPTS="driver=nbd,server.type=unix,server.path=$SOCK,export=rm,reconnect-delay=60"
@@ -27,18 +33,9 @@ QIO=$!
 i=0; while [ "$(ss -x | grep -c rm.sock)" -lt 1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 sleep 1
 ss -x | grep rm.sock || fail "qemu-io did not connect"
-# the removal, in the background: a hung one would hang this test (it cannot be killed)
-t=$(now)
-rdma link delete rxe0 & RDEL=$!
-i=0; while kill -0 $RDEL 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-kill -0 $RDEL 2>/dev/null && fail "rdma link delete rxe0 still hangs after 30 s with the NBD server running"
-wait $RDEL || fail "rdma link delete rxe0 failed"
-took=$(since "$t")
-echo "rdma link delete rxe0 finished in $took s"
-lab_target_port_remove "$SRP_TPG"
+remove_rxe0 "with a client connected"
 sleep 2
-rdma link add rxe0 type rxe netdev dummy0 && waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 &&
-    lab_target_port >/dev/null || fail "bringing the port back"
+lab_port_back || fail "bringing the port back"
 t=$(now)
 wait $QIO; rc=$?; QIO=
 cat /tmp/qio.out
@@ -60,17 +57,10 @@ pattern /tmp/p64 64
 qemu-img convert -n -r 8M -f raw /tmp/p64 --target-image-opts "$OPTS" > /tmp/conv.out 2>&1 &
 CONV=$!
 sleep 3
-t=$(now)
-rdma link delete rxe0 & RDEL=$!
-i=0; while kill -0 $RDEL 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-kill -0 $RDEL 2>/dev/null && fail "rdma link delete rxe0 under I/O still hangs after 30 s"
-wait $RDEL || fail "rdma link delete rxe0 under I/O failed"
-echo "rdma link delete rxe0 under I/O finished in $(since "$t") s"
+remove_rxe0 "under I/O"
 kill -0 $CONV 2>/dev/null || fail "qemu-img convert ended before the port came back: $(cat /tmp/conv.out)"
-lab_target_port_remove "$SRP_TPG"
 sleep 2
-rdma link add rxe0 type rxe netdev dummy0 && waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 &&
-    lab_target_port >/dev/null || fail "bringing the port back under I/O"
+lab_port_back || fail "bringing the port back under I/O"
 t=$(now)
 wait $CONV; rc=$?
 echo "qemu-img convert ended $(since "$t") s after the port came back (rc $rc): $(cat /tmp/conv.out)"

@@ -14,12 +14,7 @@ for f in /etc/srp-ublk/targets.d/*.conf; do
     systemctl stop "srp-ublk@$(basename "$f" .conf).service"
     mv "$f" /tmp/targets.saved/
 done
-restore() {
-    [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
-    waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10
-    [ -d "$SRP_TPG" ] || lab_target_port >/dev/null
-}
-trap 'restore; show_logs; journalctl -u "$U" -u "srp-ublk-port@rxe0.service" --no-pager | tail -40; systemctl stop "$U"; rm -f /etc/srp-ublk/targets.d/auto.conf; ublk_cleanup' EXIT
+trap 'lab_port_restore; show_logs; journalctl -u "$U" -u "srp-ublk-port@rxe0.service" --no-pager | tail -40; systemctl stop "$U"; rm -f /etc/srp-ublk/targets.d/auto.conf; ublk_cleanup' EXIT
 live() { echo "$(srp-ublk list | grep -c '^/dev/ublkb') $(queue_states | wc -w)"; }
 daemons() { pgrep -c -f -- ' add --' || true; }
 # the port goes away first (nothing uses it yet), then the target file appears
@@ -54,8 +49,7 @@ rdma link delete rxe0 || fail "rdma link delete rxe0 under I/O"
 echo "rdma link delete under I/O took $(since "$t") s"
 lab_target_port_remove "$SRP_TPG"
 sleep 3
-rdma link add rxe0 type rxe netdev dummy0 && waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 &&
-    lab_target_port >/dev/null || fail "bringing the port back"
+lab_port_back || fail "bringing the port back"
 r=$(wait_running 60) || fail "queues not running 60 s after the port came back: $(queue_states)"
 echo "queues running $r s after the port came back"
 sleep 3
