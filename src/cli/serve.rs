@@ -9,7 +9,7 @@ use srp_ublk::channel::block::WriteCache;
 use srp_ublk::frontend::nbd::{self, Export, Limits, Listen, Source};
 use srp_ublk::rdma::verbs_device_present;
 use srp_ublk::session::state::LunIdentity;
-use srp_ublk::session::{detached_channels, Relogin, Session, SrpChannel};
+use srp_ublk::session::{detached_channels, Relogin, Session, SrpChannel, MAX_IO_BYTES};
 use srp_ublk::wire::target::TargetSpec;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
@@ -112,7 +112,9 @@ fn opened(
     target: &TargetSpec,
 ) -> anyhow::Result<(NbdHandover, Vec<SrpChannel>, Relogin)> {
     let s = Session::open(target, &a.session.options(Some(target))?)?;
-    let max_io = s.lun.max_io_bytes(target.opts.max_sect);
+    // NBD clients send what they were built to send whatever maximum the server advertises
+    // (nbdcopy 1.14: 256 KiB requests), so a connection's channel keeps srp-ublk's full size
+    let max_io = s.lun.max_io_bytes(target.opts.max_sect, MAX_IO_BYTES);
     let bs = s.lun.capacity.block_len;
     tracing::info!(
         "serving LUN {} ({} {}, {} bytes) over {} SRP channel(s)",

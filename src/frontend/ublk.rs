@@ -13,7 +13,7 @@ use crate::path::{Path, SessionLink};
 pub use crate::session::rport::LinkState;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
-use crate::session::{LunInfo, Relogin, Session, SrpChannel};
+use crate::session::{default_max_io, LunInfo, Relogin, Session, SrpChannel};
 use crate::stats::{IoCounters, SharedIo};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::io::UblkDev;
@@ -315,7 +315,9 @@ pub fn serve(
     // a new device gets its parameters from the LUN; one taken over keeps the ones it has
     let (channels, relogin, depth, max_io, params, geo, down_since) = match source {
         UblkSource::Srp(s) => {
-            let max_io = s.lun.max_io_bytes(s.target.opts.max_sect);
+            let max_io = s
+                .lun
+                .max_io_bytes(s.target.opts.max_sect, default_max_io(s.depth));
             let params = Some(ublk_params(&s.lun, max_io));
             let geo = s.lun.geometry();
             (s.channels, s.relogin, s.depth, max_io, params, geo, None)
@@ -338,7 +340,7 @@ pub fn serve(
     let size = geo.blocks << geo.block_shift;
     let channels: Vec<Option<SrpChannel>> = channels.into_iter().map(Some).collect();
     let ctrl = if opts.recover {
-        recover_ctrl(opts.dev_id, nr_queues, depth, max_io)?
+        recover_ctrl(opts.dev_id, nr_queues, depth)?
     } else {
         build_ctrl("srp-ublk", opts.dev_id, nr_queues, depth, max_io)?
     };
@@ -502,7 +504,10 @@ const QUIESCE_WAIT: Duration = Duration::from_secs(30);
 
 /// Takes over device `id`, which a dead daemon left quiesced: checks it is waiting for recovery
 /// with the queues and depth this session serves, then starts user recovery.
-fn recover_ctrl(id: i32, queues: u16, depth: u16, max_io: u32) -> Result<UblkCtrl, UblkFrontError> {
+/// The tag buffers are sized by the device's own `max_io_buf_bytes`, not by this session's largest
+/// I/O: the kernel copies a request of up to that size into its tag's buffer, and the device may
+/// have been made with another size (an older binary, another depth or `max_sect`).
+fn recover_ctrl(id: i32, queues: u16, depth: u16) -> Result<UblkCtrl, UblkFrontError> {
     let ublk = |what, source| UblkFrontError::Ublk { what, source };
     // ublk quiesces a device shortly after its daemon's queues are gone (an exec'd daemon image
     // comes here at once): give it that time
@@ -535,7 +540,7 @@ fn recover_ctrl(id: i32, queues: u16, depth: u16, max_io: u32) -> Result<UblkCtr
         .id(id)
         .nr_queues(info.nr_hw_queues)
         .depth(info.queue_depth)
-        .io_buf_bytes(max_io)
+        .io_buf_bytes(info.max_io_buf_bytes)
         .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
         .build()
         .map_err(|e| ublk("taking the device over", e))

@@ -24,8 +24,14 @@ pub mod timers;
 pub const EXTRA_SLOTS: u16 = 4;
 /// Immediate data srp-ublk asks for (ib_srp's 8 KiB).
 pub const MAX_IMM_DATA: u32 = 8192;
-/// Largest I/O srp-ublk issues (the ublk default buffer size per tag).
+/// Largest I/O srp-ublk issues.
 pub const MAX_IO_BYTES: u32 = 512 * 1024;
+/// What a queue's tag buffers (each the size of the largest I/O, registered and so pinned for the
+/// login) may take when the target string sets no `max_sect`: the default largest I/O is this over
+/// the queue depth, within [`MIN_DEFAULT_IO_BYTES`] and [`MAX_IO_BYTES`].
+pub const PIN_BUDGET_PER_QUEUE: u32 = 8 << 20;
+/// The default largest I/O never goes below this, whatever the depth.
+pub const MIN_DEFAULT_IO_BYTES: u32 = 64 * 1024;
 const SEND_SLOT_BYTES: u32 = 512;
 const RECV_BYTES: u32 = 8320;
 const CMD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -146,12 +152,14 @@ impl LunInfo {
     pub fn size(&self) -> u64 {
         self.capacity.bytes().unwrap_or(0)
     }
-    /// Largest I/O in bytes: srp-ublk's maximum, the target string's max_sect, and Block Limits.
-    pub fn max_io_bytes(&self, max_sect: Option<u32>) -> u32 {
-        let mut m = MAX_IO_BYTES;
-        if let Some(s) = max_sect {
-            m = m.min(s.saturating_mul(512));
-        }
+    /// Largest I/O in bytes: the target string's max_sect if it has one, else the front end's
+    /// `default` (for ublk [`default_max_io`]); never above srp-ublk's maximum or the LUN's Block
+    /// Limits.
+    pub fn max_io_bytes(&self, max_sect: Option<u32>, default: u32) -> u32 {
+        let mut m = match max_sect {
+            Some(s) => MAX_IO_BYTES.min(s.saturating_mul(512)),
+            None => default.min(MAX_IO_BYTES),
+        };
         if let Some(l) = self.limits {
             if l.max_xfer_len > 0 {
                 m = m.min(l.max_xfer_len.saturating_mul(self.capacity.block_len));
@@ -656,4 +664,39 @@ pub fn interrogate(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunInfo, Sess
         fua,
         read_only,
     })
+}
+
+/// The largest I/O when the target string sets none: the pin budget over the depth, rounded down
+/// to a power of two, within [`MIN_DEFAULT_IO_BYTES`]..=[`MAX_IO_BYTES`].
+pub fn default_max_io(depth: u16) -> u32 {
+    let per_tag = PIN_BUDGET_PER_QUEUE / u32::from(depth.max(1));
+    let pow2 = if per_tag == 0 {
+        0
+    } else {
+        1 << per_tag.ilog2()
+    };
+    pow2.clamp(MIN_DEFAULT_IO_BYTES, MAX_IO_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_largest_io_keeps_a_queue_within_its_pin_budget() {
+        assert_eq!(default_max_io(16), 512 * 1024);
+        assert_eq!(default_max_io(64), 128 * 1024);
+        assert_eq!(default_max_io(128), 64 * 1024);
+        // a depth that is not a power of two rounds the buffer down, never over the budget
+        assert_eq!(default_max_io(100), 64 * 1024);
+        assert_eq!(default_max_io(48), 128 * 1024);
+        // the floor and the ceiling
+        assert_eq!(default_max_io(1024), MIN_DEFAULT_IO_BYTES);
+        assert_eq!(default_max_io(1), MAX_IO_BYTES);
+        assert_eq!(default_max_io(0), MAX_IO_BYTES);
+        for depth in [1u16, 2, 16, 32, 48, 64, 100, 127, 128] {
+            let io = default_max_io(depth);
+            assert!(u64::from(io) * u64::from(depth) <= u64::from(PIN_BUDGET_PER_QUEUE));
+        }
+    }
 }

@@ -18,11 +18,26 @@ expect_contains "list" "$out" "dest=10.77.0.1:5555"
 json=$(srp-ublk list --json) || fail "list --json"
 expect_contains "list --json" "$json" '"req_lim_login": 128'
 pid=$(pidof srp-ublk) || fail "no daemon running"
+# the tag buffers are registered (pinned) for the login: at the default depth (64) a queue's largest
+# I/O is 128 KiB so that its buffers stay within 8 MiB
+expect_eq "largest I/O (KiB) at depth 64" "$(cat /sys/block/ublkb0/queue/max_hw_sectors_kb)" 128
+nq=$(ls -d /sys/block/ublkb0/mq/* | wc -l)
+pin=$(awk '/^VmPin/{print $2}' /proc/$pid/status)
+echo "VmPin ${pin} kB for $nq queue(s)"
+[ "$pin" -gt $((nq * 8192)) ] || fail "VmPin $pin kB: less than the tag buffers ($nq x 8 MiB): is it still counted?"
+[ "$pin" -le $((nq * 9216)) ] || fail "VmPin $pin kB for $nq queue(s): more than 9 MiB per queue"
+ok "pinned per queue: $((pin / nq)) kB"
 /usr/bin/rdma res show qp | grep -q srp-ublk || fail "no QP owned by srp-ublk"
 srp-ublk del -n 0 || fail "del"
 [ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 still present after del"
 ! pidof srp-ublk >/dev/null || fail "daemon still running after del: $(pidof srp-ublk)"
 ok "device and daemon gone"
+# max_sect in the target string raises the largest I/O past the budget (and the pinned memory with it)
+dev=$(srp-ublk add --target "$SRP_TARGET,max_sect=1024" --queues 1) || fail "add with max_sect=1024: $dev"
+expect_eq "largest I/O (KiB) with max_sect=1024" "$(cat /sys/block/ublkb0/queue/max_hw_sectors_kb)" 512
+pin=$(awk '/^VmPin/{print $2}' /proc/$(pidof srp-ublk)/status)
+[ "$pin" -ge $((64 * 512)) ] || fail "VmPin $pin kB with 64 tags x 512 KiB"
+srp-ublk del -n 0 || fail "del"
 # LIO closes its side once we disconnect: no target QP left for our session
 i=0; while /usr/bin/rdma res show qp | grep -q 'comm \[ib_srpt\]' && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 /usr/bin/rdma res show qp | grep 'ib_srpt' && fail "LIO still has a channel QP after del"
