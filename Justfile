@@ -85,7 +85,9 @@ fuzz-setup: deps
 
 # benchmarks: `just bench` (= `just bench lab`: srp-ublk against the kernel's ib_srp in one lab boot, with
 # perftest's fabric limit and the poll modes; writes docs/bench/latest.json and the docs/performance.md table),
-# `just bench counters` (paired rounds srp-ublk / ib_srp with system calls, context switches and CPU per I/O),
+# `just bench counters` (paired rounds srp-ublk / ib_srp with system calls, context switches and CPU per I/O,
+# srp-ublk's null backend against rublk's null target, pinned memory per queue and a whole-guest profile
+# split by initiator, fabric and target; knobs in tests/lab/bench/counters.sh),
 # `just bench nbd` (NBD front end vs nbdkit and qemu-nbd on the host), `just bench hotpath` (the channel
 # engine's instructions per 4 KiB read under callgrind, and ns per I/O)
 bench WHAT="lab": build
@@ -97,7 +99,7 @@ bench WHAT="lab": build
         nbd) bash benches/nbd.sh;;
         hotpath)
             cargo build --release --locked --example hotpath
-            command -v valgrind >/dev/null || { echo "just bench hotpath: apt-get install valgrind" >&2; exit 2; }
+            command -v valgrind >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; }
             ir() { valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/hotpath "$1" 2>&1 | sed -n 's/.*Collected : //p'; }
             a=$(ir 100000); b=$(ir 200000)
             echo "instructions per 4 KiB read (initiator side): $(( (b - a) / 100000 ))  [callgrind, (200k - 100k I/Os) / 100k]"

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """The table of `just bench counters`: per case and srp-ublk variant (srp_ublk: the default
-rkey_scope=command; srp_ublk_login: rkey_scope=login), the median over rounds of its and ib_srp's
-IOPS, the per-round ratio srp-ublk / ib_srp (median and range), and per I/O: srp-ublk's daemon system
-calls, context switches and CPU time, and the whole guest's CPU time for each initiator.
+rkey_scope=command; srp_ublk_login: rkey_scope=login; srp_ublk_null: the null backend, whose peer is
+rublk's null target), the median over rounds of its and its peer's IOPS (ib_srp unless said), the
+per-round ratio srp-ublk / peer (median and range), and per I/O: srp-ublk's daemon system calls,
+context switches and CPU time, and the whole guest's CPU time for each; then the whole-guest profile's
+split of that CPU time (initiator, fabric, target, fio, scheduler).
 
 usage: counters.py RAW_DIR OUT_JSON"""
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -16,6 +19,8 @@ for f in sorted(os.listdir(raw)):
     if not f.endswith(".json"):
         continue
     case, ini, rnd = f[: -len(".json")].rsplit(".", 2)
+    if rnd == "prof":
+        continue  # the profiled run: see profiles() below
     base = os.path.join(raw, f[: -len(".json")])
     with open(base + ".json") as fh:
         job = json.load(fh)["jobs"][0]
@@ -38,24 +43,125 @@ for f in sorted(os.listdir(raw)):
                 r["daemon_cpu_us_per_io"] = v * 1e3 / max(ios, 1)  # task-clock is in ms
     runs.setdefault(case, {}).setdefault(ini, {})[int(rnd)] = r
 
+PROF_LINE = re.compile(r"^\s*(?P<pct>[\d.]+)%\s+(?P<samples>\d+)\s+(?P<comm>\S+)\s+(?P<dso>\S+)\s+"
+                       r"\[(?P<ring>.)\]\s+(?P<sym>\S+)")
+
+
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
+# Where a sample of the whole-guest profile landed. Kernel modules by name; the core kernel's symbols
+# by prefix (the network stack under rxe is the fabric, blk/bio the block layer both initiators use);
+# what is left goes to the task it ran in: srp-ublk's threads -> initiator, fio -> fio.
+MODULES = {
+    "fabric": ("rdma_rxe", "ib_uverbs", "ib_core", "rdma_cm", "ib_cm", "iw_cm", "rdma_ucm", "udp_tunnel",
+               "ip6_udp_tunnel"),
+    "target": ("ib_srpt", "target_core"),
+    "initiator": ("ib_srp", "scsi_transport_srp", "scsi_mod", "sd_mod", "ublk_drv"),
+}
+SCHED = ("schedule", "__schedule", "finish_task_switch", "try_to_wake_up", "ttwu", "__wake_up", "wake_up",
+         "enqueue_", "dequeue_", "pick_next", "update_curr", "update_load", "psi_", "select_task_rq",
+         "__switch_to", "switch_mm", "context_switch", "raw_spin_rq", "sched_", "__sched")
+FABRIC = ("net", "__net", "ip", "__ip", "udp", "__udp", "skb", "__skb", "dev_", "__dev", "netif", "__netif",
+          "napi", "__napi", "loopback", "neigh", "eth_", "fib", "dst_", "nf_", "sock_", "sk_", "__sk", "csum",
+          "crc32", "__crc32", "crc32c", "kfree_skb", "consume_skb", "validate_xmit", "rt_", "inet_")
+BLOCK = ("blk_", "__blk", "bio_", "__bio", "submit_bio", "bvec", "sbitmap", "__sbitmap", "dd_", "mempool")
+IDLE = ("idle", "safe_halt", "cpuidle", "mwait", "halt")
+AIO = ("aio_", "__x64_sys_io_submit", "__x64_sys_io_getevents", "io_submit_one", "read_events",
+       "do_io_getevents", "__do_sys_io")
+
+
+def where(comm, dso, ring, sym):
+    if comm.startswith("swapper") and any(w in sym for w in IDLE):
+        return "idle"
+    mod = dso.strip("[]")
+    for cat, names in MODULES.items():
+        if any(mod == n or mod.startswith(n) for n in names):
+            return cat
+    if ring == "k":
+        if sym.startswith(SCHED):
+            return "sched"
+        if sym.startswith(FABRIC):
+            return "fabric"
+        if sym.startswith(BLOCK):
+            return "initiator"
+        if sym.startswith(AIO):
+            return "fio"
+        if sym.startswith(("io_", "__io_")):
+            return "initiator"  # io_uring: only srp-ublk's daemon uses it here (fio runs libaio)
+    # the ublk server's own threads: srp-ublk's daemon, or rublk's (the null peer)
+    if comm.startswith(("srp-ublk", "srp_ublk", "rublk")):
+        return "initiator"
+    if comm == "fio":
+        return "fio"
+    # workqueue workers carry their queue's name, cut to 15 characters: rxe_wq, target_completion
+    if comm.startswith("kworker/") and "-" in comm:
+        wq = comm.split("-", 1)[1]
+        if "rxe".startswith(wq) or wq.startswith("rxe"):
+            return "fabric"
+        if "target".startswith(wq) or wq.startswith("tar"):
+            return "target"
+    return "other"
+
+
+CATS = ("initiator", "fabric", "target", "fio", "sched", "other")
+
+
+def print_profiles(raw, table):
+    rows = []
+    for f in sorted(os.listdir(raw)):
+        if not f.endswith(".prof.samples"):
+            continue
+        case, ini = f[: -len(".prof.samples")].rsplit(".", 1)
+        n = {}
+        for line in open(os.path.join(raw, f)):
+            m = PROF_LINE.match(line)
+            if not m:
+                continue
+            cat = where(m["comm"], m["dso"], m["ring"], m["sym"])
+            n[cat] = n.get(cat, 0) + int(m["samples"])
+        base = os.path.join(raw, f"{case}.{ini}.prof")
+        job = json.load(open(base + ".json"))["jobs"][0]
+        ios = job["read"]["total_ios"] + job["write"]["total_ios"]
+        c0b, _, c1b, _ = (int(x) for x in open(base + ".cpu").read().split())
+        busy_us = (c1b - c0b) / os.sysconf("SC_CLK_TCK") * 1e6 / max(ios, 1)
+        work = sum(v for k, v in n.items() if k != "idle") or 1
+        split = {c: busy_us * n.get(c, 0) / work for c in CATS}
+        rows.append((case, ini, busy_us, split))
+        key = case if ini == "srp_ublk" else f"{case} {ini}"
+        table.setdefault(key, {})["profile_us_per_io"] = {"guest": busy_us, **split}
+    if not rows:
+        return
+    print("\nWhere the guest's CPU goes, us per I/O (one profiled run per case: perf cpu-clock on every CPU,"
+          " each sample by its module, symbol or task; busy time from /proc/stat):\n")
+    print("| case | initiator | guest | " + " | ".join(CATS) + " |")
+    print("|---|---|---|" + "---|" * len(CATS))
+    for case, ini, busy, split in rows:
+        print(f"| {case} | {ini} | {busy:.0f} | " + " | ".join(f"{split[c]:.0f}" for c in CATS) + " |")
+
+
+def peer(ini):
+    """What a srp-ublk variant is measured against: rublk's null target for the null backend (the
+    ublk front end alone), else the kernel's ib_srp on the same LUN."""
+    return "rublk_null" if ini.startswith("srp_ublk_null") else "ib_srp"
+
+
 table = {}
-print("| case | initiator | IOPS | ib_srp IOPS | ratio (median, range) | syscalls/IO | cs/IO | daemon CPU us/IO | guest CPU us/IO srp-ublk / ib_srp |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| case | initiator | IOPS | peer | peer IOPS | ratio (median, range) | syscalls/IO | cs/IO | daemon CPU us/IO | guest CPU us/IO srp-ublk / peer |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for case, by in runs.items():
-    k = by.get("ib_srp", {})
     # srp_ublk: the default rkey_scope (command); srp_ublk_login: login-wide registrations
     for ini in sorted(i for i in by if i.startswith("srp_ublk")):
         s = by[ini]
+        k = by.get(peer(ini), {})
         rounds = sorted(set(s) & set(k))
         ratios = [s[r]["iops"] / k[r]["iops"] for r in rounds if k[r]["iops"] > 0]
         m = lambda d, key: med([d[r][key] for r in d if key in d[r]])
         row = {
             "rounds": len(rounds),
             "srp_ublk_iops": m(s, "iops"),
-            "ib_srp_iops": m(k, "iops"),
+            "peer": peer(ini),
+            "peer_iops": m(k, "iops"),
             "ratio_median": med(ratios),
             "ratio_min": min(ratios) if ratios else None,
             "ratio_max": max(ratios) if ratios else None,
@@ -63,15 +169,20 @@ for case, by in runs.items():
             "cs_per_io": m(s, "cs_per_io"),
             "daemon_cpu_us_per_io": m(s, "daemon_cpu_us_per_io"),
             "guest_cpu_us_per_io_srp_ublk": m(s, "guest_cpu_us_per_io"),
-            "guest_cpu_us_per_io_ib_srp": m(k, "guest_cpu_us_per_io"),
+            "guest_cpu_us_per_io_peer": m(k, "guest_cpu_us_per_io"),
         }
         table[case if ini == "srp_ublk" else f"{case} {ini}"] = row
         print(
-            f"| {case} | {ini} | {row['srp_ublk_iops']:.0f} | {row['ib_srp_iops']:.0f} | "
+            f"| {case} | {ini} | {row['srp_ublk_iops']:.0f} | {row['peer']} | {row['peer_iops']:.0f} | "
             f"{row['ratio_median']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f}) | "
             f"{row['syscalls_per_io']:.2f} | {row['cs_per_io']:.2f} | {row['daemon_cpu_us_per_io']:.1f} | "
-            f"{row['guest_cpu_us_per_io_srp_ublk']:.0f} / {row['guest_cpu_us_per_io_ib_srp']:.0f} |"
+            f"{row['guest_cpu_us_per_io_srp_ublk']:.0f} / {row['guest_cpu_us_per_io_peer']:.0f} |"
         )
+print_profiles(raw, table)
 meta = dict(l.strip().split("=", 1) for l in open(os.path.join(raw, "meta")) if "=" in l)
+pins = [f"{k[len('pin_kb_per_queue_'):]} {int(v) / 1024:.1f} MiB" for k, v in sorted(meta.items())
+        if k.startswith("pin_kb_per_queue_")]
+if pins:
+    print(f"\nPinned memory per queue (VmPin / queues): {', '.join(pins)}")
 with open(out_json, "w") as fh:
     json.dump({"meta": meta, "cases": table}, fh, indent=1)

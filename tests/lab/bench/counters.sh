@@ -7,6 +7,8 @@
 #
 # Knobs (the host prepends them): BENCH_ROUNDS (5), BENCH_SECS (10, after 1 s ramp), BENCH_QUEUES (2),
 # BENCH_DEPTH (64), BENCH_CASES, BENCH_SCOPES (the rkey scopes srp-ublk runs with, "command login"),
+# BENCH_POLLS (other completion modes srp-ublk runs with, default scope: e.g. "interrupt busy"),
+# BENCH_RUBLK (set by run.sh: rublk's null target against srp-ublk's null backend), BENCH_PROFILE,
 # BENCH_BASELINE_NAME (set by run.sh for BENCH_BASELINE=BINARY: that binary as srp_ublk_baseline).
 set -u
 ROUNDS=${BENCH_ROUNDS:-5}
@@ -61,12 +63,43 @@ for scope in $SCOPES; do
     [ -n "$p" ] || die "no daemon pid in /run/srp-ublk/${d#/dev/}.json"
     name=srp_ublk; [ "$scope" = command ] || name=srp_ublk_$scope
     inis="$inis $name:$d:$p"
+    echo "pin_kb_per_queue_$name=$(( $(awk '/^VmPin/{print $2}' "/proc/$p/status") / QUEUES ))" >> "$OUT/meta"
     echo "counters: srp-ublk rkey_scope=$scope $d (daemon $p) as $name"
 done
-# an older srp-ublk binary (BENCH_BASELINE on the host: a 9p share "baseline"), with its defaults
-if [ -n "${BENCH_BASELINE_NAME:-}" ]; then
+# srp-ublk with other completion modes (BENCH_POLLS, e.g. "interrupt busy"; default scope), as
+# srp_ublk_poll_MODE
+for mode in ${BENCH_POLLS:-}; do
+    d=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH" --poll "$mode") ||
+        die "srp-ublk add --poll $mode failed"
+    p=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${d#/dev/}.json" | grep -o '[0-9]*$')
+    [ -n "$p" ] || die "no daemon pid in /run/srp-ublk/${d#/dev/}.json"
+    inis="$inis srp_ublk_poll_$mode:$d:$p"
+    echo "pin_kb_per_queue_srp_ublk_poll_$mode=$(( $(awk '/^VmPin/{print $2}' "/proc/$p/status") / QUEUES ))" >> "$OUT/meta"
+    echo "counters: srp-ublk --poll $mode $d (daemon $p) as srp_ublk_poll_$mode"
+done
+if [ -n "${BENCH_BASELINE_NAME:-}" ] || [ "${BENCH_RUBLK:-0}" = 1 ]; then
     mkdir -p /mnt/baseline
     mount -t 9p -o trans=virtio,version=9p2000.L baseline /mnt/baseline || die "mounting the baseline share"
+fi
+# the ublk front end alone: srp-ublk's null backend against rublk's null target (the peer of
+# srp_ublk_null), same queues and depth, no fabric
+if [ "${BENCH_RUBLK:-0}" = 1 ]; then
+    R=/mnt/baseline/rublk
+    echo "version_rublk=$($R --version)" >> "$OUT/meta"
+    d=$(srp-ublk add --backend null:1G --queues "$QUEUES" --depth "$DEPTH") || die "srp-ublk add --backend null failed"
+    p=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${d#/dev/}.json" | grep -o '[0-9]*$')
+    inis="$inis srp_ublk_null:$d:$p"
+    echo "counters: srp-ublk --backend null:1G $d (daemon $p) as srp_ublk_null"
+    before=$(ls /dev/ublkb* 2>/dev/null)
+    $R add null -q "$QUEUES" -d "$DEPTH" >"$OUT/rublk-add.txt" 2>&1 || { cat "$OUT/rublk-add.txt"; die "rublk add null failed"; }
+    RD=
+    for x in $(ls /dev/ublkb* 2>/dev/null); do echo "$before" | grep -qx "$x" || RD=$x; done
+    [ -n "$RD" ] || { cat "$OUT/rublk-add.txt"; die "rublk add null made no /dev/ublkbN"; }
+    inis="$inis rublk_null:$RD:"
+    echo "counters: rublk ($($R --version)) null $RD as rublk_null"
+fi
+# an older srp-ublk binary (BENCH_BASELINE on the host), with its defaults
+if [ -n "${BENCH_BASELINE_NAME:-}" ]; then
     B=/mnt/baseline/srp-ublk
     echo "version_baseline=$($B --version)" >> "$OUT/meta"
     d=$($B add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH") || die "baseline add failed"
@@ -90,6 +123,25 @@ for r in $(seq "$ROUNDS"); do
         done
     done
 done
+# one more run per case and initiator under a whole-guest profile (perf cpu-clock on every CPU; TCG has
+# no PMU): counters.py splits the guest's CPU by where each sample landed (initiator, fabric, target,
+# fio, scheduler). BENCH_PROFILE=0 skips it.
+if [ "${BENCH_PROFILE:-1}" != 0 ]; then
+    for c in $CASES; do
+        for e in $inis; do
+            ini=${e%%:*}; rest=${e#*:}
+            name=${c%%:*}
+            perf record -a -e cpu-clock -F 499 -o /tmp/prof.data -- sleep "$((SECS + 1))" >/dev/null 2>&1 &
+            _rp=$!
+            sleep 0.5
+            run "$c" "$ini" prof "${rest%%:*}"
+            wait "$_rp"
+            perf report -i /tmp/prof.data --no-children --sort comm,dso,sym --stdio -q -F overhead,sample,comm,dso,sym \
+                2>/dev/null | grep '%' > "$OUT/$name.$ini.prof.samples" || die "perf report failed for $name $ini"
+        done
+    done
+fi
+[ -n "${RD:-}" ] && { $R del -n "${RD#/dev/ublkb}" >/dev/null 2>&1 || die "rublk del failed"; }
 [ -n "${BD:-}" ] && { $B del -n "${BD#/dev/ublkb}" >/dev/null || die "baseline del failed"; }
 srp-ublk del --all >/dev/null || die "srp-ublk del failed"
 lab-ref-detach >/dev/null

@@ -71,6 +71,10 @@ devl=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH" -
 sd=$(lab-ref-attach "ch_count=$QUEUES,queue_size=$((DEPTH + 1))") || die "lab-ref-attach failed"
 echo "bench: srp-ublk $dev (rkey_scope=command), $devl (rkey_scope=login), ib_srp $sd ($(cat /sys/block/${sd#/dev/}/device/queue_depth 2>/dev/null) deep)"
 srp-ublk list
+# what each queue pins: the daemon's VmPin (tag buffers, send slots, receive buffers) over its queues
+pid0=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${dev#/dev/}.json" | grep -o '[0-9]*$')
+echo "pin_kb_per_queue=$(( $(awk '/^VmPin/{print $2}' "/proc/$pid0/status") / QUEUES ))" >> "$OUT/meta"
+echo "max_io_kb=$(cat "/sys/block/${dev#/dev/}/queue/max_hw_sectors_kb")" >> "$OUT/meta"
 echo "poll=$(srp-ublk list --json | grep -o '"poll": *"[a-z]*"' | head -1 | grep -o '[a-z]*"$' | tr -d '"')" >> "$OUT/meta"
 for r in $(seq "$ROUNDS"); do
     for c in $CASES; do

@@ -145,7 +145,8 @@ def main():
     doc = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "kernel": meta.get("kernel"), "command": command,
-        "setup": {k: meta.get(k) for k in ("rounds", "secs", "queues", "depth", "vcpus", "poll")},
+        "setup": {k: meta.get(k) for k in ("rounds", "secs", "queues", "depth", "vcpus", "poll",
+                                            "pin_kb_per_queue", "max_io_kb")},
         "cases": cases, "perftest": {k: round(v, 2) for k, v in pt.items()}, "poll_modes": modes,
     }
     text = json.dumps(doc, indent=1) + "\n"
@@ -195,6 +196,9 @@ def markdown(doc):
         lines.append(f"| {c['name']} | {c['unit']} | {fmt(c['srp_ublk'])} | {fmt(c['ib_srp'])} | "
                      f"{fmt(c['ratio'])} | {fmt(c.get('srp_ublk_login'))} | {fmt(c.get('login_ratio'))} | "
                      f"{sp['srp_ublk']:.0f}% / {sp['ib_srp']:.0f}% / {sp.get('srp_ublk_login', 0):.0f}% |")
+    if s.get("pin_kb_per_queue"):
+        lines += ["", f"Pinned memory per queue (the daemon's VmPin over its queues, depth {s['depth']}, "
+                  f"largest I/O {s.get('max_io_kb')} KiB): {int(s['pin_kb_per_queue']) / 1024:.1f} MiB."]
     pt = doc["perftest"]
     if pt:
         lines += ["", "The fabric's own limit on the same rxe device (perftest, 4 KiB messages, medians of 2):"

@@ -10,22 +10,37 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 command -v python3 >/dev/null || { echo "bench: python3 is needed for the report (apt-get install python3)" >&2; exit 2; }
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-# BENCH_BASELINE=BINARY (counters): an older srp-ublk binary runs beside the current one, as the
-# initiator srp_ublk_baseline, through a 9p share of its own
-extra=
+# Binaries the guest runs beside srp-ublk, through a 9p share of their own ("baseline"):
+# BENCH_BASELINE=BINARY (counters): an older srp-ublk binary, as the initiator srp_ublk_baseline;
+# rublk (counters, unless BENCH_RUBLK=0): its null target against `srp-ublk add --backend null`,
+# built here once (crates.io, into target/bench/rublk) when missing
+base_dir=$ROOT/target/bench/baseline
+rm -rf "$base_dir"; mkdir -p "$base_dir"
+extra="-virtfs local,path=$base_dir,mount_tag=baseline,security_model=none,id=baseline"
 if [ -n "${BENCH_BASELINE:-}" ]; then
     [ -x "$BENCH_BASELINE" ] || { echo "bench: BENCH_BASELINE=$BENCH_BASELINE is not an executable" >&2; exit 2; }
-    base_dir=$ROOT/target/bench/baseline
-    rm -rf "$base_dir"; mkdir -p "$base_dir"; cp "$BENCH_BASELINE" "$base_dir/srp-ublk"
-    extra="-virtfs local,path=$base_dir,mount_tag=baseline,security_model=none,id=baseline"
+    cp "$BENCH_BASELINE" "$base_dir/srp-ublk"
     BENCH_BASELINE_NAME=baseline
+fi
+RUBLK_VERSION=0.2.15
+if [ "$WHAT" = counters ] && [ "${BENCH_RUBLK:-1}" != 0 ]; then
+    rublk=$ROOT/target/bench/rublk/bin/rublk
+    if ! "$rublk" --version 2>/dev/null | grep -q "$RUBLK_VERSION"; then
+        echo "bench: building rublk $RUBLK_VERSION (the ublk peer) into target/bench/rublk"
+        cargo install --quiet --locked rublk --version "$RUBLK_VERSION" --no-default-features \
+            --root "$ROOT/target/bench/rublk"
+    fi
+    cp "$rublk" "$base_dir/rublk"
+    BENCH_RUBLK=1
+else
+    unset BENCH_RUBLK
 fi
 job=$(mktemp /tmp/srp-ublk-bench.XXXXXX.sh)
 trap 'rm -f "$job"' EXIT
 {
     echo '#!/bin/sh'
-    for v in BENCH_ROUNDS BENCH_SECS BENCH_QUEUES BENCH_DEPTH BENCH_CASES BENCH_MODES BENCH_SCOPES \
-             BENCH_BASELINE_NAME; do
+    for v in BENCH_ROUNDS BENCH_SECS BENCH_QUEUES BENCH_DEPTH BENCH_CASES BENCH_MODES BENCH_SCOPES BENCH_POLLS \
+             BENCH_BASELINE_NAME BENCH_RUBLK BENCH_PROFILE; do
         [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
     done
     if [ "$WHAT" = counters ]; then cat "$HERE/counters.sh"; else cat "$HERE/guest.sh"; fi
