@@ -13,7 +13,7 @@ use srp_ublk::frontend::ublk::{
 };
 use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
 use srp_ublk::session::timers::{TimerError, Timers};
-use srp_ublk::session::{default_max_io, detached_channels, Relogin, Session, MAX_IO_BYTES};
+use srp_ublk::session::{detached_channels, Relogin, Session};
 use srp_ublk::wire::target::TargetSpec;
 
 use super::LunSel;
@@ -559,11 +559,6 @@ fn handover_source(a: &AddArgs, since_ms: u64) -> anyhow::Result<(UblkSource, De
         relogin,
         depth,
         geometry,
-        max_io: if state.max_io > 0 {
-            state.max_io
-        } else {
-            MAX_IO_BYTES
-        },
         down_since,
     };
     Ok((UblkSource::Handover(Box::new(h)), state))
@@ -604,9 +599,7 @@ fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, D
         wwid: session.lun.wwid.clone(),
         rdma_device: session.rdma_device.clone(),
         geometry: Some(session.lun.geometry()),
-        max_io: session
-            .lun
-            .max_io_bytes(session.target.opts.max_sect, default_max_io(session.depth)),
+        max_io: session.ublk_max_io(),
         queues: session
             .channels
             .iter()

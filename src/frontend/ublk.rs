@@ -13,7 +13,7 @@ use crate::path::{Path, SessionLink};
 pub use crate::session::rport::LinkState;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
-use crate::session::{default_max_io, LunInfo, Relogin, Session, SrpChannel};
+use crate::session::{LunInfo, Relogin, Session, SrpChannel};
 use crate::stats::{IoCounters, SharedIo};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::io::UblkDev;
@@ -279,8 +279,6 @@ pub struct Handover {
     pub depth: u16,
     /// The LUN's block mapping, as the previous daemon had it.
     pub geometry: Geometry,
-    /// The ublk buffer size per tag.
-    pub max_io: u32,
     /// When the channels went down.
     pub down_since: Instant,
 }
@@ -312,21 +310,19 @@ pub fn serve(
     status: Arc<Vec<QueueStatus>>,
     on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
 ) -> Result<(), UblkFrontError> {
-    // a new device gets its parameters from the LUN; one taken over keeps the ones it has
-    let (channels, relogin, depth, max_io, params, geo, down_since) = match source {
+    // a new device gets its largest I/O and parameters from the session; one taken over keeps
+    // the ones it has (recover_ctrl)
+    let (channels, relogin, depth, new, geo, down_since) = match source {
         UblkSource::Srp(s) => {
-            let max_io = s
-                .lun
-                .max_io_bytes(s.target.opts.max_sect, default_max_io(s.depth));
-            let params = Some(ublk_params(&s.lun, max_io));
+            let max_io = s.ublk_max_io();
+            let new = Some((max_io, ublk_params(&s.lun, max_io)));
             let geo = s.lun.geometry();
-            (s.channels, s.relogin, s.depth, max_io, params, geo, None)
+            (s.channels, s.relogin, s.depth, new, geo, None)
         }
         UblkSource::Handover(h) if opts.recover => {
             let h = *h;
             let at = Some(h.down_since);
-            let (geo, max_io) = (h.geometry, h.max_io);
-            (h.channels, h.relogin, h.depth, max_io, None, geo, at)
+            (h.channels, h.relogin, h.depth, None, h.geometry, at)
         }
         UblkSource::Handover(_) => return Err(UblkFrontError::HandoverNeedsRecovery),
         UblkSource::Demo {
@@ -339,14 +335,16 @@ pub fn serve(
     let nr_queues = channels.len() as u16;
     let size = geo.blocks << geo.block_shift;
     let channels: Vec<Option<SrpChannel>> = channels.into_iter().map(Some).collect();
-    let ctrl = if opts.recover {
-        recover_ctrl(opts.dev_id, nr_queues, depth)?
-    } else {
-        build_ctrl("srp-ublk", opts.dev_id, nr_queues, depth, max_io)?
+    let ctrl = match (opts.recover, &new) {
+        (false, Some((max_io, _))) => {
+            build_ctrl("srp-ublk", opts.dev_id, nr_queues, depth, *max_io)?
+        }
+        // a handover is always a recovery (refused above otherwise)
+        _ => recover_ctrl(opts.dev_id, nr_queues, depth)?,
     };
     let tgt_init = move |dev: &mut UblkDev| {
         dev.set_default_params(size);
-        if let Some(p) = params {
+        if let Some((_, p)) = new {
             dev.tgt.params = p;
         }
         // room for the two PollAdds next to the depth's ublk commands

@@ -375,6 +375,13 @@ fn channel_config(ep: &Endpoint, depth: u16, lun: u64, req_it_iu_len: u32) -> Ch
 }
 
 impl Session {
+    /// Largest I/O of a ublk device over this session (its tag buffers' size): the target
+    /// string's max_sect, else [`default_max_io`] for the session's depth.
+    pub fn ublk_max_io(&self) -> u32 {
+        self.lun
+            .max_io_bytes(self.target.opts.max_sect, default_max_io(self.depth))
+    }
+
     /// Logs in every channel and interrogates the LUN.
     pub fn open(target: &TargetSpec, opts: &SessionOptions) -> Result<Session, SessionError> {
         let want_depth = opts.depth.clamp(1, 4096).min(

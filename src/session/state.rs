@@ -109,7 +109,8 @@ pub struct DeviceState {
     /// (after an RDMA device removal); absent in files of older versions.
     #[serde(default)]
     pub geometry: Option<crate::channel::block::Geometry>,
-    /// The ublk buffer size per tag (largest I/O), with `geometry`.
+    /// The largest I/O the device was made with (its ublk buffer size per tag), for the record and
+    /// for older versions' takeovers; a recovery takes the size from the kernel's device.
     #[serde(default)]
     pub max_io: u32,
     /// A capacity the LUN reported that the device could not take (bytes; 0: none): this kernel's

@@ -23,6 +23,10 @@ randread-4k-qd32:randread:4k:32:1 randwrite-4k-qd32:randwrite:4k:32:1"}
 
 die() { echo "counters: error: $*"; srp-ublk del --all >/dev/null 2>&1; lab-ref-detach >/dev/null 2>&1; exit 1; }
 cpu() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+# daemon_pid DEV: the pid in srp-ublk's state file for DEV
+daemon_pid() { grep -o '"pid": *[0-9]*' "/run/srp-ublk/${1#/dev/}.json" | grep -o '[0-9]*$'; }
+# note_pin NAME PID: what that daemon pins per queue, into meta
+note_pin() { echo "pin_kb_per_queue_$1=$(( $(awk '/^VmPin/{print $2}' "/proc/$2/status") / QUEUES ))" >> "$OUT/meta"; }
 
 # run CASE INITIATOR ROUND DEV [PID]: one fio run, perf stat on PID (srp-ublk's daemon) alongside;
 # writes CASE.INITIATOR.ROUND.{json,cpu,perf}
@@ -59,11 +63,11 @@ inis=
 for scope in $SCOPES; do
     d=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH" --rkey-scope "$scope") ||
         die "srp-ublk add --rkey-scope $scope failed"
-    p=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${d#/dev/}.json" | grep -o '[0-9]*$')
+    p=$(daemon_pid "$d")
     [ -n "$p" ] || die "no daemon pid in /run/srp-ublk/${d#/dev/}.json"
     name=srp_ublk; [ "$scope" = command ] || name=srp_ublk_$scope
     inis="$inis $name:$d:$p"
-    echo "pin_kb_per_queue_$name=$(( $(awk '/^VmPin/{print $2}' "/proc/$p/status") / QUEUES ))" >> "$OUT/meta"
+    note_pin "$name" "$p"
     echo "counters: srp-ublk rkey_scope=$scope $d (daemon $p) as $name"
 done
 # srp-ublk with other completion modes (BENCH_POLLS, e.g. "interrupt busy"; default scope), as
@@ -71,10 +75,10 @@ done
 for mode in ${BENCH_POLLS:-}; do
     d=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH" --poll "$mode") ||
         die "srp-ublk add --poll $mode failed"
-    p=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${d#/dev/}.json" | grep -o '[0-9]*$')
+    p=$(daemon_pid "$d")
     [ -n "$p" ] || die "no daemon pid in /run/srp-ublk/${d#/dev/}.json"
     inis="$inis srp_ublk_poll_$mode:$d:$p"
-    echo "pin_kb_per_queue_srp_ublk_poll_$mode=$(( $(awk '/^VmPin/{print $2}' "/proc/$p/status") / QUEUES ))" >> "$OUT/meta"
+    note_pin "srp_ublk_poll_$mode" "$p"
     echo "counters: srp-ublk --poll $mode $d (daemon $p) as srp_ublk_poll_$mode"
 done
 if [ -n "${BENCH_BASELINE_NAME:-}" ] || [ "${BENCH_RUBLK:-0}" = 1 ]; then
@@ -87,7 +91,7 @@ if [ "${BENCH_RUBLK:-0}" = 1 ]; then
     R=/mnt/baseline/rublk
     echo "version_rublk=$($R --version)" >> "$OUT/meta"
     d=$(srp-ublk add --backend null:1G --queues "$QUEUES" --depth "$DEPTH") || die "srp-ublk add --backend null failed"
-    p=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${d#/dev/}.json" | grep -o '[0-9]*$')
+    p=$(daemon_pid "$d")
     inis="$inis srp_ublk_null:$d:$p"
     echo "counters: srp-ublk --backend null:1G $d (daemon $p) as srp_ublk_null"
     before=$(ls /dev/ublkb* 2>/dev/null)
@@ -103,7 +107,7 @@ if [ -n "${BENCH_BASELINE_NAME:-}" ]; then
     B=/mnt/baseline/srp-ublk
     echo "version_baseline=$($B --version)" >> "$OUT/meta"
     d=$($B add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH") || die "baseline add failed"
-    p=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${d#/dev/}.json" | grep -o '[0-9]*$')
+    p=$(daemon_pid "$d")
     inis="$inis srp_ublk_baseline:$d:$p"; BD=$d
     echo "counters: baseline srp-ublk ($($B --version)) $d (daemon $p) as srp_ublk_baseline"
 fi
