@@ -30,7 +30,7 @@ impl Instant {
         let mut rsp = [0u8; 36];
         r.encode(&mut rsp).expect("36 bytes");
         Instant {
-            send: vec![[0; 512]; usize::from(DEPTH) + 4],
+            send: vec![[0; 512]; usize::from(srp_ublk::channel::send_slots(DEPTH, 4))],
             recv: vec![[0; 64]; usize::from(DEPTH) + 16],
             next_recv: 0,
             cq: VecDeque::with_capacity(4 * usize::from(DEPTH)),
@@ -64,6 +64,7 @@ impl Transport for Instant {
         slot: u16,
         _len: usize,
         _imm: Option<DataBuf>,
+        signal: bool,
     ) -> Result<(), TransportError> {
         let idx = self.next_recv;
         self.next_recv = (self.next_recv + 1) % self.recv.len() as u16;
@@ -73,12 +74,14 @@ impl Transport for Instant {
         let r = &mut self.recv[usize::from(idx)];
         r[..36].copy_from_slice(&self.rsp);
         r[8..16].copy_from_slice(&tag);
-        self.cq.push_back(Wc {
-            kind: WcKind::Send,
-            id: slot,
-            len: 0,
-            status: WcStatus::Ok,
-        });
+        if signal {
+            self.cq.push_back(Wc {
+                kind: WcKind::Send,
+                id: slot,
+                len: 0,
+                status: WcStatus::Ok,
+            });
+        }
         self.cq.push_back(Wc {
             kind: WcKind::Recv,
             id: idx,
@@ -103,7 +106,7 @@ impl Transport for Instant {
         }
         Ok(n)
     }
-    fn arm(&mut self) -> Result<(), TransportError> {
+    fn arm(&mut self, _sends: bool) -> Result<(), TransportError> {
         Ok(())
     }
     fn notify_fd(&self) -> Option<std::os::fd::RawFd> {

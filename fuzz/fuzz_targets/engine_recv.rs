@@ -14,7 +14,7 @@ use srp_ublk::wire::srp::ScsiLun;
 const DEPTH: u16 = 8;
 
 fuzz_target!(|data: &[u8]| {
-    let mut t = FakeTarget::new(1 << 20, 512, DEPTH + 4, DEPTH + 8);
+    let mut t = FakeTarget::new(1 << 20, 512, srp_ublk::channel::send_slots(DEPTH, 4), DEPTH + 8);
     t.faults.hold_rsps = true;
     let bufs: Vec<DataBuf> = (0..DEPTH).map(|_| t.alloc(4096)).collect();
     let cfg = ChannelConfig {

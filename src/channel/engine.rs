@@ -3,10 +3,16 @@
 //!
 //! - Tags: one per ublk tag (`0..depth`). The SRP tag on the wire is `gen << 16 | tag`, where `gen`
 //!   changes on every send, so a late response to an earlier use of a tag is recognised and dropped.
-//! - Send slots: slot `t` belongs to tag `t`; `extra_slots` more carry CRED_RSP / AER_RSP /
-//!   I_LOGOUT (which cost no credit). A tag completes only when both its SRP_RSP and its SEND
-//!   completion have arrived: the response can come first, and until the SEND completes the slot and
-//!   any immediate data buffer are still the HCA's.
+//! - Send slots: a command takes any free one of `2 x depth` slots and gives it back at its SEND
+//!   completion; `extra_slots` more carry CRED_RSP / AER_RSP / I_LOGOUT (which cost no credit) and
+//!   task management. A command completes at its SRP_RSP, as ib_srp's do: the target answered, so
+//!   it had the whole SEND (and any immediate data), and the SEND's completion, which on rxe often
+//!   comes after the response, only frees the slot. The spare `depth` slots let a tag go out again
+//!   before its last SEND is reaped; the front end asks for a wake-up on send completions only when
+//!   something waits for a slot ([`Channel::wants_send_completions`]).
+//! - Selective signalling: one command SEND in [`ChannelConfig::signal_every`] asks for a
+//!   completion, which gives back its slot and every slot posted before it (`slots.rs`). Extra
+//!   slots are always signalled.
 //! - Credits: start from LOGIN_RSP; every SRP_RSP, CRED_REQ and AER_REQ adds its delta; every
 //!   SRP_CMD takes one; one is always kept back for task management (as ib_srp does). A command with
 //!   no credit waits in a FIFO (counted as a stall) and goes when credits return.
@@ -51,6 +57,37 @@ pub struct ChannelConfig {
     pub imm_data_offset: usize,
     /// Retries of a command that failed with a retryable status (unit attention, busy, ...).
     pub max_retries: u8,
+}
+
+impl ChannelConfig {
+    /// Send slots for commands: twice the depth, so that a tag can go out again before the
+    /// completion of its last SEND is reaped.
+    pub fn cmd_slots(&self) -> u16 {
+        cmd_slots(self.depth)
+    }
+
+    /// Every send slot the transport must have: [`ChannelConfig::cmd_slots`], then the extra ones.
+    pub fn send_slots(&self) -> u16 {
+        send_slots(self.depth, self.extra_slots)
+    }
+
+    /// One command SEND in this many is signalled: [`SIGNAL_EVERY`], or fewer for a shallow
+    /// channel, so that at most half the command slots wait for a signalled one.
+    pub fn signal_every(&self) -> u16 {
+        SIGNAL_EVERY.min(self.depth).max(1)
+    }
+}
+
+/// Command SENDs per signalled one, at most (see [`ChannelConfig::signal_every`]).
+pub const SIGNAL_EVERY: u16 = 16;
+
+fn cmd_slots(depth: u16) -> u16 {
+    depth.saturating_mul(2)
+}
+
+/// The send slots a transport needs for a channel of `depth` commands and `extra` more slots.
+pub fn send_slots(depth: u16, extra: u16) -> u16 {
+    cmd_slots(depth).saturating_add(extra)
 }
 
 /// How far a command may go round reconnects before it fails with EIO: the SCSI midlayer bounds
@@ -294,11 +331,8 @@ enum TagState {
     Delayed {
         until: u64,
     },
-    /// Sent; completes when both the response and the send completion are in.
-    InFlight {
-        send_done: bool,
-        rsp: bool,
-    },
+    /// Sent; completes (or is retried) when its response is in.
+    InFlight,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -307,7 +341,10 @@ struct TagEntry {
     gen: u16,
     retries: u8,
     cmd: ScsiCmd,
-    rsp: Option<RspInfo>,
+    /// The send slot of its last SEND while that SEND's completion is not in.
+    slot: Option<u16>,
+    /// Whether that SEND was signalled (only then does a missing completion mean it never went).
+    signalled: bool,
     /// When the command was submitted (ms), for the retry budget.
     submitted: u64,
     /// When it was last sent (ms), for its timeout.
@@ -325,7 +362,8 @@ pub const CMD_TIMEOUT_MS: u64 = 30_000;
 /// A task management request failed or unanswered this long escalates.
 pub const TMF_TIMEOUT_MS: u64 = 5_000;
 /// Commands outstanding and no work completion at all for this long: the channel is taken down (a
-/// response in but its SEND never completing, or a task management request stuck the same way).
+/// backstop: SENDs that never complete leave commands waiting for a slot, or a task management
+/// request stuck the same way).
 pub const STALL_MS: u64 = CMD_TIMEOUT_MS + 2 * TMF_TIMEOUT_MS;
 /// Commands outstanding and no work completion for this long: the local port's state is read,
 /// and a port that is down takes the channel down (fast_io_fail then counts from the link loss,
@@ -354,6 +392,8 @@ pub struct Channel<T: Transport> {
     req_lim: i32,
     tags: Vec<TagEntry>,
     waiting: VecDeque<u16>,
+    /// The command send slots (`0..2 x depth`).
+    slots: slots::SendSlots,
     extra_free: Vec<u16>,
     /// CRED_RSP / AER_RSP / I_LOGOUT waiting for an extra slot (a burst of target requests).
     small_pending: VecDeque<[u8; 16]>,
@@ -394,7 +434,8 @@ impl<T: Transport> Channel<T> {
                 cdb: crate::wire::scsi::Cdb::test_unit_ready(),
                 data: DataDir::None,
             },
-            rsp: None,
+            slot: None,
+            signalled: false,
             submitted: 0,
             sent: 0,
             held_since: None,
@@ -406,7 +447,8 @@ impl<T: Transport> Channel<T> {
             req_lim: cfg.req_lim,
             tags: vec![idle; usize::from(cfg.depth)],
             waiting: VecDeque::with_capacity(usize::from(cfg.depth)),
-            extra_free: (cfg.depth..cfg.depth + cfg.extra_slots).rev().collect(),
+            slots: slots::SendSlots::new(cfg.cmd_slots(), cfg.signal_every()),
+            extra_free: (cfg.cmd_slots()..cfg.send_slots()).rev().collect(),
             small_pending: VecDeque::with_capacity(SMALL_PENDING_MAX),
             busy: 0,
             down: None,
@@ -503,7 +545,6 @@ impl<T: Transport> Channel<T> {
         }
         e.cmd = cmd;
         e.retries = 0;
-        e.rsp = None;
         e.submitted = self.now;
         e.reissued = 0;
         e.seq = self.next_seq;
@@ -520,7 +561,7 @@ impl<T: Transport> Channel<T> {
     /// Sends `tag` now if a credit allows, else puts it in the waiting FIFO.
     fn start(&mut self, tag: u16) {
         // keep one credit for task management, as ib_srp does
-        if self.req_lim > 1 && self.waiting.is_empty() && self.down.is_none() && !self.paused {
+        if self.can_send() && self.waiting.is_empty() && self.down.is_none() {
             if let Err(e) = self.send_cmd(tag) {
                 self.set_down(DownReason::Transport(e));
                 self.tags[usize::from(tag)].state = TagState::Waiting;
@@ -533,8 +574,33 @@ impl<T: Transport> Channel<T> {
         }
     }
 
+    /// A credit beyond the one kept for task management, a free send slot, no LUN reset out.
+    fn can_send(&self) -> bool {
+        self.req_lim > 1 && self.slots.any_free() && !self.paused
+    }
+
+    /// Whether something waits for a SEND completion (a free slot): only then does the front end
+    /// need a wake-up on one ([`Transport::arm`]); otherwise the next pass reaps them.
+    pub fn wants_send_completions(&self) -> bool {
+        (!self.slots.any_free() && !self.waiting.is_empty()) || !self.small_pending.is_empty()
+    }
+
+    /// Asks the transport for a wake-up at the next response (and at the next SEND completion when
+    /// [`Channel::wants_send_completions`]).
+    pub fn arm(&mut self) -> Result<(), TransportError> {
+        let sends = self.wants_send_completions();
+        self.t.arm(sends)
+    }
+
+    /// Sends `tag`'s command on a free slot ([`Channel::can_send`] said there is one).
     fn send_cmd(&mut self, tag: u16) -> Result<(), TransportError> {
         let idx = usize::from(tag);
+        let Some((slot, signal)) = self.slots.next() else {
+            return Err(TransportError {
+                op: "send SRP_CMD",
+                detail: "no free send slot".into(),
+            });
+        };
         let e = &mut self.tags[idx];
         e.gen = e.gen.wrapping_add(1);
         let srp_tag = (u64::from(e.gen) << 16) | u64::from(tag);
@@ -561,19 +627,18 @@ impl<T: Transport> Channel<T> {
             .data_out(data_out)
             .data_in(data_in);
         let n = cmd
-            .encode(self.t.send_buf(tag), self.cfg.imm_data_offset)
+            .encode(self.t.send_buf(slot), self.cfg.imm_data_offset)
             .map_err(|e| TransportError {
                 op: "encode SRP_CMD",
                 detail: e.to_string(),
             })?;
-        self.t.post_send(tag, n, imm)?;
+        self.t.post_send(slot, n, imm, signal)?;
+        self.slots.posted(tag, signal);
         self.take_credit();
         self.stats.cmds += 1;
-        self.tags[idx].state = TagState::InFlight {
-            send_done: false,
-            rsp: false,
-        };
-        self.tags[idx].sent = self.now;
+        let e = &mut self.tags[idx];
+        (e.state, e.sent) = (TagState::InFlight, self.now);
+        (e.slot, e.signalled) = (Some(slot), signal);
         Ok(())
     }
 
@@ -602,7 +667,7 @@ impl<T: Transport> Channel<T> {
     /// channel down. Returns whether it went.
     fn post_extra(&mut self, slot: u16, iu: &[u8]) -> bool {
         self.t.send_buf(slot)[..iu.len()].copy_from_slice(iu);
-        if let Err(e) = self.t.post_send(slot, iu.len(), None) {
+        if let Err(e) = self.t.post_send(slot, iu.len(), None, true) {
             self.extra_free.push(slot);
             self.set_down(DownReason::Transport(e));
             return false;
@@ -649,7 +714,7 @@ impl<T: Transport> Channel<T> {
         }
         for wc in &wcs[..n] {
             match wc.kind {
-                WcKind::Send => self.on_send(wc, done),
+                WcKind::Send => self.on_send(wc),
                 WcKind::Recv => self.on_recv(wc, done),
                 // a bind or invalidation that failed: the QP is in the error state
                 WcKind::Window if wc.status != WcStatus::Ok => {
@@ -679,7 +744,7 @@ impl<T: Transport> Channel<T> {
     }
 
     fn drain_waiting(&mut self) {
-        while self.req_lim > 1 && !self.paused {
+        while self.can_send() {
             let Some(tag) = self.waiting.pop_front() else {
                 break;
             };
@@ -691,34 +756,27 @@ impl<T: Transport> Channel<T> {
         }
     }
 
-    fn on_send(&mut self, wc: &Wc, done: &mut dyn FnMut(Done)) {
+    fn on_send(&mut self, wc: &Wc) {
         if wc.status != WcStatus::Ok {
             self.set_down(DownReason::Completion {
                 kind: WcKind::Send,
                 status: wc.status,
             });
         }
-        if wc.id >= self.cfg.depth {
+        if wc.id >= self.cfg.cmd_slots() {
             self.extra_free.push(wc.id);
             if let Some(iu) = self.small_pending.pop_front() {
                 self.send_small(iu);
             }
             return;
         }
-        let idx = usize::from(wc.id);
-        if let TagState::InFlight {
-            send_done: false,
-            rsp,
-        } = self.tags[idx].state
-        {
-            self.tags[idx].state = TagState::InFlight {
-                send_done: true,
-                rsp,
-            };
-            if rsp {
-                self.finish(wc.id, done);
+        let tags = &mut self.tags;
+        self.slots.reap(wc.id, &mut |tag, slot| {
+            let e = &mut tags[usize::from(tag)];
+            if e.slot == Some(slot) {
+                e.slot = None;
             }
-        }
+        });
     }
 
     fn on_recv(&mut self, wc: &Wc, done: &mut dyn FnMut(Done)) {
@@ -825,19 +883,7 @@ impl<T: Transport> Channel<T> {
             _ => return self.unexpected(srp_tag),
         };
         match e.state {
-            TagState::InFlight {
-                send_done,
-                rsp: false,
-            } => {
-                e.rsp = Some(info);
-                e.state = TagState::InFlight {
-                    send_done,
-                    rsp: true,
-                };
-                if send_done {
-                    self.finish(tag, done);
-                }
-            }
+            TagState::InFlight => self.finish(tag, info, done),
             _ => self.unexpected(srp_tag),
         }
     }
@@ -856,12 +902,9 @@ impl<T: Transport> Channel<T> {
         }
     }
 
-    /// Both the response and the send completion are in: complete, or retry.
-    fn finish(&mut self, tag: u16, done: &mut dyn FnMut(Done)) {
+    /// The response is in: complete, or retry.
+    fn finish(&mut self, tag: u16, info: RspInfo, done: &mut dyn FnMut(Done)) {
         let idx = usize::from(tag);
-        let Some(info) = self.tags[idx].rsp.take() else {
-            return;
-        };
         let status = ScsiStatus::from(info.status);
         let d = classify(status, info.sense.as_ref());
         let e = &mut self.tags[idx];
@@ -921,6 +964,7 @@ enum Recv {
 }
 
 mod relogin;
+mod slots;
 mod timed;
 
 #[cfg(test)]

@@ -38,6 +38,11 @@ pub struct Faults {
     pub busy_next: u32,
     /// Never deliver the SEND completion of the next send.
     pub drop_next_send_wc: bool,
+    /// Hold SEND completions (not delivered until [`FakeTarget::release_send_wcs`]).
+    pub hold_send_wcs: bool,
+    /// The next chain's post fails at this work request (0 = the first): the ones before it go,
+    /// it and the rest do not (`ibv_post_send`'s `bad_wr`).
+    pub fail_post_at: Option<usize>,
     /// The local link is down: [`Transport::link_down`] says so.
     pub link_down: bool,
     /// The RDMA device is being removed: [`Transport::release_if_removed`] releases the login.
@@ -69,7 +74,15 @@ pub struct FakeTarget {
     cq: VecDeque<Wc>,
     outbox: VecDeque<Vec<u8>>,
     held: Vec<Vec<u8>>,
+    /// SENDs queued by `post_send` for the next `flush_sends` (slot, length, immediate data,
+    /// signalled).
+    chain: Vec<(u16, usize, Option<DataBuf>, bool)>,
+    /// SENDs executed, and how many of them were signalled.
+    pub sends: (u32, u32),
+    held_send_wcs: Vec<Wc>,
     armed: bool,
+    /// Whether the last arm asked for send completions too.
+    pub armed_sends: bool,
     stopped: bool,
     /// Closed by [`Transport::release_if_removed`].
     pub released: bool,
@@ -120,7 +133,11 @@ impl FakeTarget {
             cq: VecDeque::new(),
             outbox: VecDeque::new(),
             held: Vec::new(),
+            chain: Vec::new(),
+            sends: (0, 0),
+            held_send_wcs: Vec::new(),
             armed: false,
+            armed_sends: false,
             stopped: false,
             released: false,
             rkey_scope: RkeyScope::default(),
@@ -302,9 +319,67 @@ impl FakeTarget {
         self.deliver();
     }
 
+    /// Delivers the held SEND completions.
+    pub fn release_send_wcs(&mut self) {
+        self.cq.extend(self.held_send_wcs.drain(..));
+    }
+
     /// Whether a completion notification was requested.
     pub fn armed(&self) -> bool {
         self.armed
+    }
+
+    /// Executes one SEND: the command's response (if any) and the send completion go to the CQ.
+    fn send_now(
+        &mut self,
+        slot: u16,
+        len: usize,
+        imm: Option<DataBuf>,
+        signal: bool,
+    ) -> Result<(), TransportError> {
+        self.sends.0 += 1;
+        self.sends.1 += u32::from(signal);
+        let mut iu = self.send_slots[usize::from(slot)][..len].to_vec();
+        if let Some(b) = imm {
+            let data = self
+                .local_read(b.lkey, b.addr, b.len)
+                .ok_or(TransportError {
+                    op: "fake post_send",
+                    detail: "immediate data buffer not registered".into(),
+                })?;
+            iu.extend_from_slice(&data);
+        }
+        let rsp = self.execute(&iu);
+        let send_wc = Wc {
+            kind: WcKind::Send,
+            id: slot,
+            len: 0,
+            status: WcStatus::Ok,
+        };
+        let send_wc =
+            (signal && !std::mem::take(&mut self.faults.drop_next_send_wc)).then_some(send_wc);
+        let send_wc = match send_wc {
+            Some(wc) if self.faults.hold_send_wcs => {
+                self.held_send_wcs.push(wc);
+                None
+            }
+            wc => wc,
+        };
+        if !self.faults.rsp_before_send {
+            self.cq.extend(send_wc);
+        }
+        if let Some(r) = rsp {
+            if self.faults.hold_rsps {
+                self.held.push(r);
+            } else {
+                self.outbox.push_back(r);
+                self.deliver();
+            }
+        }
+        if self.faults.rsp_before_send {
+            self.cq.extend(send_wc);
+        }
+        Ok(())
     }
 
     fn deliver(&mut self) {
@@ -479,38 +554,23 @@ impl Transport for FakeTarget {
         slot: u16,
         len: usize,
         imm: Option<DataBuf>,
+        signal: bool,
     ) -> Result<(), TransportError> {
-        let mut iu = self.send_slots[usize::from(slot)][..len].to_vec();
-        if let Some(b) = imm {
-            let data = self
-                .local_read(b.lkey, b.addr, b.len)
-                .ok_or(TransportError {
+        self.chain.push((slot, len, imm, signal));
+        Ok(())
+    }
+
+    fn flush_sends(&mut self) -> Result<(), TransportError> {
+        let chain = std::mem::take(&mut self.chain);
+        let fail_at = self.faults.fail_post_at.take();
+        for (i, (slot, len, imm, signal)) in chain.into_iter().enumerate() {
+            if fail_at == Some(i) {
+                return Err(TransportError {
                     op: "fake post_send",
-                    detail: "immediate data buffer not registered".into(),
-                })?;
-            iu.extend_from_slice(&data);
-        }
-        let rsp = self.execute(&iu);
-        let send_wc = Wc {
-            kind: WcKind::Send,
-            id: slot,
-            len: 0,
-            status: WcStatus::Ok,
-        };
-        let send_wc = (!std::mem::take(&mut self.faults.drop_next_send_wc)).then_some(send_wc);
-        if !self.faults.rsp_before_send {
-            self.cq.extend(send_wc);
-        }
-        if let Some(r) = rsp {
-            if self.faults.hold_rsps {
-                self.held.push(r);
-            } else {
-                self.outbox.push_back(r);
-                self.deliver();
+                    detail: format!("work request {i} of the chain refused"),
+                });
             }
-        }
-        if self.faults.rsp_before_send {
-            self.cq.extend(send_wc);
+            self.send_now(slot, len, imm, signal)?;
         }
         Ok(())
     }
@@ -537,8 +597,8 @@ impl Transport for FakeTarget {
         Ok(n)
     }
 
-    fn arm(&mut self) -> Result<(), TransportError> {
-        self.armed = true;
+    fn arm(&mut self, sends: bool) -> Result<(), TransportError> {
+        (self.armed, self.armed_sends) = (true, sends);
         Ok(())
     }
 
@@ -608,6 +668,8 @@ impl Transport for FakeTarget {
         // what was in flight is gone with the login
         self.outbox.clear();
         self.held.clear();
+        self.chain.clear();
+        self.held_send_wcs.clear();
     }
 
     fn is_stopped(&self) -> bool {

@@ -12,8 +12,8 @@ mod engine;
 pub mod fake;
 
 pub use engine::{
-    Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, PortDown, ReissueLimit,
-    Timeout, TmfAnswer, CMD_TIMEOUT_MS, STALL_MS, TMF_TIMEOUT_MS,
+    send_slots, Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, PortDown,
+    ReissueLimit, Timeout, TmfAnswer, CMD_TIMEOUT_MS, STALL_MS, TMF_TIMEOUT_MS,
 };
 
 use crate::rdma::TagBufs;
@@ -112,13 +112,16 @@ pub trait Transport {
     fn send_buf(&mut self, slot: u16) -> &mut [u8];
     /// Queues the first `len` bytes of send slot `slot` as one SEND (posted by
     /// [`Transport::flush_sends`], or at once by a transport without a chain); with `imm`, that
-    /// buffer's bytes follow as a second gather entry (immediate data). The slot stays busy until
-    /// its completion.
+    /// buffer's bytes follow as a second gather entry (immediate data). Only a `signal`led SEND
+    /// reports its completion (a failed one always does); the SEND queue completes in order, so
+    /// that completion says every SEND posted before it completed too. The slot stays busy until
+    /// then.
     fn post_send(
         &mut self,
         slot: u16,
         len: usize,
         imm: Option<DataBuf>,
+        signal: bool,
     ) -> Result<(), TransportError>;
     /// Posts the SENDs [`Transport::post_send`] queued, as one chain (one doorbell). A transport
     /// that posts at once has nothing to do.
@@ -133,8 +136,10 @@ pub trait Transport {
     fn nr_recv(&self) -> u16;
     /// Polls up to `out.len()` completions.
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError>;
-    /// Asks for a notification on [`Transport::notify_fd`] at the next completion.
-    fn arm(&mut self) -> Result<(), TransportError>;
+    /// Asks for a notification on [`Transport::notify_fd`] at the next receive completion, and with
+    /// `sends` at the next send completion too (a transport with one completion queue notifies at
+    /// either anyway).
+    fn arm(&mut self, sends: bool) -> Result<(), TransportError>;
     /// A file descriptor that becomes readable when an armed completion arrives.
     fn notify_fd(&self) -> Option<RawFd>;
     /// Consumes pending notifications (after the fd became readable).

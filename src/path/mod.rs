@@ -234,8 +234,14 @@ impl<C: Connect> Path<C> {
 
     /// Asks for a notification at the next completion; returns the fd that becomes readable.
     pub fn arm(&mut self) -> Option<RawFd> {
-        let _ = self.ch.transport().arm();
+        let _ = self.ch.arm();
         self.ch.transport().notify_fd()
+    }
+
+    /// Whether a command waits for a send slot ([`Channel::wants_send_completions`]): a front end
+    /// whose CQ poll is still out arms again so that a SEND completion wakes it too.
+    pub fn wants_send_completions(&self) -> bool {
+        self.ch.wants_send_completions()
     }
 
     /// Consumes the completion notification (after [`Path::arm`]'s fd became readable).

@@ -68,7 +68,12 @@ fn read_unanswered(p: &mut Path<&FakeConnect>) {
 }
 
 fn channel() -> Channel<FakeTarget> {
-    let t = FakeTarget::new(1 << 20, 512, DEPTH + 4, DEPTH + 8);
+    let t = FakeTarget::new(
+        1 << 20,
+        512,
+        crate::channel::send_slots(DEPTH, 4),
+        DEPTH + 8,
+    );
     Channel::new(
         t,
         ChannelConfig {

@@ -141,7 +141,11 @@ pub struct Endpoint {
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
     comp: *mut ibv_comp_channel,
-    cq: *mut ibv_cq,
+    /// Receives: armed before every sleep (a response wakes the queue).
+    recv_cq: *mut ibv_cq,
+    /// SENDs (and failed window requests): polled every pass, armed only when the engine waits
+    /// for a send slot, so a SEND completion alone does not wake the queue (ib_srp's send CQ).
+    send_cq: *mut ibv_cq,
     iu_mr: *mut ibv_mr,
     scratch_mr: *mut ibv_mr,
     data_mrs: Vec<*mut ibv_mr>,
@@ -192,7 +196,8 @@ impl Endpoint {
             id: null_mut(),
             pd: null_mut(),
             comp: null_mut(),
-            cq: null_mut(),
+            recv_cq: null_mut(),
+            send_cq: null_mut(),
             iu_mr: null_mut(),
             scratch_mr: null_mut(),
             data_mrs: Vec::new(),
@@ -394,16 +399,20 @@ impl Endpoint {
         // SAFETY: comp is valid.
         set_nonblocking(unsafe { (*self.comp).fd })?;
         self.send_wrs = usize::from(p.send_slots) * window::wrs_per_command(p.rkey_scope);
-        let cqe = self.send_wrs as i32 + i32::from(p.nr_recv);
-        // SAFETY: ctx and comp are valid; cq_context is unused (null).
-        self.cq = unsafe { ibv_create_cq(ctx, cqe, null_mut(), self.comp, p.comp_vector) };
-        if self.cq.is_null() {
-            return Err(RdmaError::os("ibv_create_cq"));
+        for (cq, cqe) in [
+            (&mut self.send_cq, self.send_wrs as i32),
+            (&mut self.recv_cq, i32::from(p.nr_recv)),
+        ] {
+            // SAFETY: ctx and comp are valid; cq_context is unused (null).
+            *cq = unsafe { ibv_create_cq(ctx, cqe, null_mut(), self.comp, p.comp_vector) };
+            if cq.is_null() {
+                return Err(RdmaError::os("ibv_create_cq"));
+            }
         }
         // SAFETY: ibv_qp_init_attr is a plain C struct; all-zero is a valid starting value.
         let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        attr.send_cq = self.cq;
-        attr.recv_cq = self.cq;
+        attr.send_cq = self.send_cq;
+        attr.recv_cq = self.recv_cq;
         attr.cap.max_send_wr = self.send_wrs as u32;
         attr.cap.max_recv_wr = u32::from(p.nr_recv);
         attr.cap.max_send_sge = 2;
@@ -746,11 +755,13 @@ impl Endpoint {
         (self.iu_mr, self.scratch_mr) = (null_mut(), null_mut());
         // no registration covers the tag buffers any more: their owner may free them
         self.kept.clear();
-        if !self.cq.is_null() {
-            while self.take_cq_event() {}
-            // SAFETY: cq is valid, its QP is destroyed and every event is acked.
-            unsafe { ibv_destroy_cq(self.cq) };
-            self.cq = null_mut();
+        while self.take_cq_event() {}
+        for cq in [&mut self.send_cq, &mut self.recv_cq] {
+            if !cq.is_null() {
+                // SAFETY: cq is valid, its QP is destroyed and every event is acked.
+                unsafe { ibv_destroy_cq(*cq) };
+                *cq = null_mut();
+            }
         }
         if !self.comp.is_null() {
             // SAFETY: comp is valid and no CQ uses it any more.

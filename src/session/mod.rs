@@ -216,6 +216,7 @@ pub struct Session {
 pub struct Relogin {
     params: ConnectParams,
     lun: u64,
+    depth: u16,
     /// The LUN every new login must find (see [`Relogin::expecting`]).
     expect: Option<LunIdentity>,
 }
@@ -245,6 +246,7 @@ impl Relogin {
         Relogin {
             params: connect_params(target, MultiChannelAction::Multi, depth, timeout),
             lun,
+            depth,
             expect: None,
         }
     }
@@ -256,7 +258,7 @@ impl Relogin {
         let mut p = self.params.clone();
         p.timeout = p.timeout.min(step);
         let ep = Endpoint::connect(&p)?;
-        let cfg = channel_config(&ep, p.send_slots - EXTRA_SLOTS, self.lun, p.req_it_iu_len);
+        let cfg = channel_config(&ep, self.depth, self.lun, p.req_it_iu_len);
         let Some(want) = &self.expect else {
             return Ok(Fresh {
                 ep,
@@ -282,12 +284,7 @@ impl Relogin {
     pub fn channel(&self, step: Duration) -> Result<Channel<Endpoint>, SessionError> {
         let fresh = self.connect(step)?;
         let p = &self.params;
-        let cfg = channel_config(
-            &fresh.ep,
-            p.send_slots - EXTRA_SLOTS,
-            self.lun,
-            p.req_it_iu_len,
-        );
+        let cfg = channel_config(&fresh.ep, self.depth, self.lun, p.req_it_iu_len);
         Ok(Channel::new(fresh.ep, cfg))
     }
 
@@ -343,7 +340,7 @@ fn connect_params(
         multi,
         req_it_iu_len,
         immediate: true,
-        send_slots: depth + EXTRA_SLOTS,
+        send_slots: crate::channel::send_slots(depth, EXTRA_SLOTS),
         send_size: SEND_SLOT_BYTES,
         nr_recv: depth + 16,
         recv_size: RECV_BYTES,

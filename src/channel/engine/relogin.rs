@@ -32,7 +32,7 @@ impl<T: Transport> Channel<T> {
         rekey: &mut dyn FnMut(u16, DataBuf) -> DataBuf,
     ) -> T {
         let mut order: Vec<u16> = (0..self.cfg.depth)
-            .filter(|&t| matches!(self.tags[usize::from(t)].state, TagState::InFlight { .. }))
+            .filter(|&t| self.tags[usize::from(t)].state == TagState::InFlight)
             .collect();
         order.extend(self.waiting.drain(..));
         order.extend(
@@ -44,7 +44,6 @@ impl<T: Transport> Channel<T> {
         for &tag in &order {
             let e = &mut self.tags[usize::from(tag)];
             e.state = TagState::Waiting;
-            e.rsp = None;
             e.reissued = e.reissued.saturating_add(1);
             e.cmd.data = match e.cmd.data {
                 DataDir::None => DataDir::None,
@@ -53,7 +52,12 @@ impl<T: Transport> Channel<T> {
             };
         }
         self.waiting.extend(order);
-        self.extra_free = (self.cfg.depth..self.cfg.depth + self.cfg.extra_slots)
+        // a new transport: every slot is free, no SEND of the old one will complete
+        self.slots.reset();
+        for e in &mut self.tags {
+            e.slot = None;
+        }
+        self.extra_free = (self.cfg.cmd_slots()..self.cfg.send_slots())
             .rev()
             .collect();
         self.small_pending.clear();
@@ -115,7 +119,6 @@ impl<T: Transport> Channel<T> {
         self.waiting.clear();
         for tag in 0..self.cfg.depth {
             if self.tags[usize::from(tag)].state != TagState::Idle {
-                self.tags[usize::from(tag)].rsp = None;
                 self.complete(tag, CmdOutcome::failed(errno_val), done);
             }
         }

@@ -31,13 +31,20 @@ fn cfg(req_lim: i32) -> ChannelConfig {
 }
 
 fn setup(req_lim: i32) -> (Channel<FakeTarget>, Vec<DataBuf>) {
-    let mut t = FakeTarget::new(1 << 20, 512, DEPTH + 4, DEPTH + 8);
+    let mut t = FakeTarget::new(
+        1 << 20,
+        512,
+        crate::channel::send_slots(DEPTH, 4),
+        DEPTH + 8,
+    );
     let bufs = (0..DEPTH).map(|_| t.alloc(65536)).collect();
     (Channel::new(t, cfg(req_lim)), bufs)
 }
 
 /// Runs the channel until nothing completes any more; returns what finished.
 fn drain(ch: &mut Channel<FakeTarget>) -> Vec<Done> {
+    // what the front end does after a batch of submits: post the chain
+    ch.flush();
     let mut out = Vec::new();
     while ch.process(&mut |d| out.push(d)) > 0 {}
     out
@@ -51,6 +58,7 @@ fn io(ch: &mut Channel<FakeTarget>, bufs: &[DataBuf], tag: u16, op: BlockOp, off
         ch.transport().buf(b)[..4096].copy_from_slice(&scratch);
     }
     ch.submit(tag, cmd).unwrap();
+    ch.flush();
 }
 
 #[test]
@@ -131,15 +139,134 @@ fn pipelined_commands_respect_credits() {
 }
 
 #[test]
-fn response_before_send_completion_waits_for_both() {
+fn a_response_that_beats_its_send_completion_completes_the_command() {
     let (mut ch, bufs) = setup(16);
     ch.transport().faults.rsp_before_send = true;
-    ch.transport().buf(bufs[0])[..4096].fill(0xab);
+    ch.transport().faults.hold_send_wcs = true;
+    // one tag used again and again, as fio at QD1 does: each write completes at its response and
+    // the next goes out on a spare slot while the SEND completions are still out
+    let slots = usize::from(DEPTH) * 2;
+    for i in 0..slots {
+        ch.transport().buf(bufs[0])[..4096].fill(i as u8);
+        io(&mut ch, &bufs, 0, BlockOp::Write { fua: true }, 0, 4096);
+        let done = drain(&mut ch);
+        assert_eq!(done.len(), 1, "write {i} completes at its response");
+        assert_eq!(done[0].outcome.errno, 0);
+        assert_eq!(&ch.transport().disk[..4096], &[i as u8; 4096][..]);
+        assert!(!ch.wants_send_completions());
+    }
+    // every slot is waiting for its SEND completion: the next command waits for one, and asks
+    // for a wake-up when one comes
+    ch.transport().buf(bufs[0])[..4096].fill(0xee);
     io(&mut ch, &bufs, 0, BlockOp::Write { fua: true }, 0, 4096);
+    assert!(drain(&mut ch).is_empty());
+    assert_eq!(
+        ch.transport().log.len(),
+        slots,
+        "not sent without a free slot"
+    );
+    assert!(ch.wants_send_completions());
+    ch.arm().unwrap();
+    assert!(ch.transport().armed_sends);
+    ch.transport().release_send_wcs();
     let done = drain(&mut ch);
-    assert_eq!(done.len(), 1);
-    assert_eq!(done[0].outcome.errno, 0);
-    assert_eq!(&ch.transport().disk[..4096], &[0xab; 4096][..]);
+    assert_eq!(done.len(), 1, "sent once a SEND completion freed a slot");
+    assert_eq!(&ch.transport().disk[..4096], &[0xee; 4096][..]);
+    assert!(!ch.wants_send_completions());
+    ch.arm().unwrap();
+    assert!(
+        !ch.transport().armed_sends,
+        "no wake-up for SEND completions alone"
+    );
+    assert_eq!((ch.busy(), ch.req_lim()), (0, 16));
+}
+
+#[test]
+fn selective_signalling_gives_back_every_slot_posted_before_a_signalled_send() {
+    let (mut ch, bufs) = setup(16);
+    let every = u32::from(cfg(16).signal_every());
+    // 40 passes of 3 writes each on tags 0-2: 120 SENDs through 16 command slots, each slot
+    // used again many times, most of them never reporting a completion of their own
+    for pass in 0..40u32 {
+        for tag in 0..3u16 {
+            let fill = (pass * 3 + u32::from(tag)) as u8;
+            ch.transport().buf(bufs[usize::from(tag)])[..4096].fill(fill);
+            let mut scratch = vec![0u8; 4096];
+            let off = u64::from(tag) * 4096;
+            let w = BlockOp::Write { fua: false };
+            let cmd = to_scsi(w, off, 4096, &GEO, bufs[usize::from(tag)], &mut scratch).unwrap();
+            ch.submit(tag, cmd).unwrap();
+        }
+        let done = drain(&mut ch);
+        assert_eq!(done.len(), 3, "pass {pass}");
+        assert!(done.iter().all(|d| d.outcome.errno == 0));
+        for tag in 0..3usize {
+            let want = (pass * 3 + tag as u32) as u8;
+            let got = &ch.transport().disk[tag * 4096..(tag + 1) * 4096];
+            assert_eq!(got, &[want; 4096][..], "pass {pass} tag {tag}");
+        }
+        assert!(
+            !ch.wants_send_completions(),
+            "no slot waited for (pass {pass})"
+        );
+    }
+    assert_eq!(
+        ch.transport().sends,
+        (120, 120 / every),
+        "one SEND in {every} signalled"
+    );
+    assert_eq!(ch.stats().credit_stalls, 0);
+    assert_eq!((ch.busy(), ch.req_lim()), (0, 16));
+}
+
+#[test]
+fn a_chain_refused_in_the_middle_loses_and_doubles_nothing() {
+    let (mut ch, bufs) = setup(16);
+    for tag in 0..4u16 {
+        ch.transport().buf(bufs[usize::from(tag)])[..4096].fill(0x10 + tag as u8);
+        let mut scratch = vec![0u8; 4096];
+        let off = u64::from(tag) * 4096;
+        let w = BlockOp::Write { fua: false };
+        let cmd = to_scsi(w, off, 4096, &GEO, bufs[usize::from(tag)], &mut scratch).unwrap();
+        ch.submit(tag, cmd).unwrap();
+    }
+    // one pass's four SRP_CMDs, posted as one chain that the HCA refuses at the third
+    ch.transport().faults.fail_post_at = Some(2);
+    let mut done = drain(&mut ch);
+    assert!(
+        matches!(ch.down(), Some(DownReason::Transport(_))),
+        "a refused post takes the channel down: {:?}",
+        ch.down()
+    );
+    assert_eq!(
+        ch.transport().log.len(),
+        2,
+        "the two ahead of the refusal went"
+    );
+    assert_eq!(done.len(), 2, "and were answered");
+    // the front end stops the transport and logs in again: what did not go is sent there
+    ch.transport().stop();
+    let new = ch.transport().successor();
+    drop(ch.reconnect(new, 16, 8192, &mut |_, b| b));
+    assert_eq!(
+        ch.resume(1_000, ReissueLimit::new(None), &mut |d| done.push(d)),
+        0
+    );
+    done.extend(drain(&mut ch));
+    let mut tags: Vec<u16> = done.iter().map(|d| d.tag).collect();
+    tags.sort();
+    assert_eq!(tags, [0, 1, 2, 3], "each command completes once");
+    assert!(done.iter().all(|d| d.outcome.errno == 0));
+    assert_eq!(
+        ch.transport().log.len(),
+        2,
+        "only the two refused are sent again"
+    );
+    for tag in 0..4usize {
+        let got = &ch.transport().disk[tag * 4096..(tag + 1) * 4096];
+        assert_eq!(got, &[0x10 + tag as u8; 4096][..], "block of tag {tag}");
+    }
+    assert_eq!(ch.busy(), 0);
 }
 
 #[test]
@@ -603,12 +730,30 @@ fn busy_is_retried_with_backoff_within_the_command_timeout() {
 fn send_never_completing_takes_the_channel_down_at_the_timeout() {
     let (mut ch, bufs) = setup(16);
     ch.tick(0);
+    // answered: complete, whatever became of the SEND (of `signal_every` SENDs the last is
+    // signalled, and its completion is the one dropped)
+    let every = cfg(16).signal_every();
     ch.transport().faults.drop_next_send_wc = true;
+    for _ in 0..every {
+        io(&mut ch, &bufs, 1, BlockOp::Read, 0, 512);
+        assert_eq!(
+            drain(&mut ch).len(),
+            1,
+            "answered, SEND not completed: done"
+        );
+    }
+    assert_eq!(ch.transport().sends, (u32::from(every), 1));
+    // unanswered and its signalled SEND never completes: no ABORT TASK can help, down at the
+    // command timeout
+    for _ in 1..every {
+        io(&mut ch, &bufs, 1, BlockOp::Read, 0, 512);
+        assert_eq!(drain(&mut ch).len(), 1);
+    }
+    ch.transport().faults.drop_next_send_wc = true;
+    ch.transport().faults.drop_next_rsp = true;
     io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
-    assert!(
-        drain(&mut ch).is_empty(),
-        "response in, SEND not completed: waits"
-    );
+    assert!(drain(&mut ch).is_empty());
+    assert_eq!(ch.transport().sends, (2 * u32::from(every), 2));
     run_until(&mut ch, 0, CMD_TIMEOUT_MS + 500);
     assert!(
         matches!(ch.down(), Some(DownReason::Timeout(_))),

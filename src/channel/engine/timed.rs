@@ -72,9 +72,7 @@ impl<T: Transport> Channel<T> {
         let mut oldest: Option<(u16, u64)> = None;
         for tag in 0..self.cfg.depth {
             let e = &self.tags[usize::from(tag)];
-            if matches!(e.state, TagState::InFlight { .. })
-                && oldest.is_none_or(|(_, sent)| e.sent < sent)
-            {
+            if e.state == TagState::InFlight && oldest.is_none_or(|(_, sent)| e.sent < sent) {
                 oldest = Some((tag, e.sent));
             }
         }
@@ -86,13 +84,7 @@ impl<T: Transport> Channel<T> {
         }
         self.stats.timeouts += 1;
         let e = self.tags[usize::from(tag)];
-        if !matches!(
-            e.state,
-            TagState::InFlight {
-                send_done: true,
-                ..
-            }
-        ) {
+        if e.slot.is_some() && e.signalled {
             // the HCA never finished sending it: the QP is stuck, only a reconnect frees the slot
             self.set_down(DownReason::Timeout(Timeout::NotSent { tag }));
             return;
@@ -179,16 +171,9 @@ impl<T: Transport> Channel<T> {
         };
         for tag in ended {
             let e = &mut self.tags[usize::from(tag)];
-            if matches!(
-                e.state,
-                TagState::InFlight {
-                    send_done: true,
-                    ..
-                }
-            ) {
+            if e.state == TagState::InFlight {
                 tracing::info!("{:?} done: tag {tag} sent again", t.func);
                 e.state = TagState::Idle;
-                e.rsp = None;
                 self.start(tag);
             }
         }

@@ -230,9 +230,13 @@ impl Queue<'_> {
     /// Arms what wakes a sleeping queue: the completion channel and, while commands are out, a
     /// timer for the channel's timed work. Returns whether something completed meanwhile.
     fn prepare_sleep(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) -> bool {
-        if !self.cq_poll {
+        // a poll still out means the CQs are still armed, unless a command now waits for a send
+        // slot: then the send CQ is armed as well (same fd)
+        if !self.cq_poll || path.wants_send_completions() {
             if let Some(fd) = path.arm() {
-                self.cq_poll = submit_poll(self.q, fd, OP_POLL_CQ, path.gen());
+                if !self.cq_poll {
+                    self.cq_poll = submit_poll(self.q, fd, OP_POLL_CQ, path.gen());
+                }
             }
         }
         // a completion may have landed before the arm took effect (what else `service` reports

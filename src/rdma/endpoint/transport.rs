@@ -146,6 +146,7 @@ impl Transport for Endpoint {
         slot: u16,
         len: usize,
         imm: Option<DataBuf>,
+        signal: bool,
     ) -> Result<(), TransportError> {
         if self.closed || self.quiesced {
             return Err(closed("ibv_post_send"));
@@ -182,7 +183,9 @@ impl Transport for Endpoint {
         }
         let mut q = Queued::empty(WR_SEND | u64::from(slot), ibv_wr_opcode::IBV_WR_SEND);
         q.wr.num_sge = n;
-        q.wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        if signal {
+            q.wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
         q.sge = sge;
         // posted with the others of this pass by `flush_sends`: one doorbell (on rxe one system
         // call) for every command a loop pass sends
@@ -236,16 +239,25 @@ impl Transport for Endpoint {
     }
 
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError> {
-        if self.cq.is_null() {
+        if self.recv_cq.is_null() {
             return Ok(0);
         }
-        let want = out.len().min(self.raw_wcs.len()) as i32;
-        // SAFETY: cq is valid; raw_wcs has room for `want` entries.
-        let n = unsafe { ibv_poll_cq(self.cq, want, self.raw_wcs.as_mut_ptr()) };
-        if n < 0 {
-            return Err(terr("ibv_poll_cq", -n));
+        let want = out.len().min(self.raw_wcs.len());
+        // responses first; SEND completions fill what room is left
+        let mut n = 0;
+        for cq in [self.recv_cq, self.send_cq] {
+            let room = &mut self.raw_wcs[n..want];
+            if room.is_empty() {
+                break;
+            }
+            // SAFETY: cq is valid (both are created together); `room` has space for its length.
+            let got = unsafe { ibv_poll_cq(cq, room.len() as i32, room.as_mut_ptr()) };
+            if got < 0 {
+                return Err(terr("ibv_poll_cq", -got));
+            }
+            n += got as usize;
         }
-        for (o, w) in out.iter_mut().zip(&self.raw_wcs[..n as usize]) {
+        for (o, w) in out.iter_mut().zip(&self.raw_wcs[..n]) {
             let kind = if w.wr_id & WR_RECV != 0 {
                 WcKind::Recv
             } else if w.wr_id & WR_WINDOW != 0 {
@@ -265,7 +277,7 @@ impl Transport for Endpoint {
                 status,
             };
         }
-        Ok(n as usize)
+        Ok(n)
     }
 
     fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError> {
@@ -321,14 +333,17 @@ impl Transport for Endpoint {
         })
     }
 
-    fn arm(&mut self) -> Result<(), TransportError> {
+    fn arm(&mut self, sends: bool) -> Result<(), TransportError> {
         if self.closed {
             return Ok(());
         }
-        // SAFETY: cq is valid.
-        let rc = unsafe { ibv_req_notify_cq(self.cq, 0) };
-        if rc != 0 {
-            return Err(terr("ibv_req_notify_cq", rc));
+        let cqs = [self.recv_cq, self.send_cq];
+        for &cq in &cqs[..if sends { 2 } else { 1 }] {
+            // SAFETY: cq is valid while the endpoint is not closed.
+            let rc = unsafe { ibv_req_notify_cq(cq, 0) };
+            if rc != 0 {
+                return Err(terr("ibv_req_notify_cq", rc));
+            }
         }
         Ok(())
     }
