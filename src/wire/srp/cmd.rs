@@ -228,6 +228,60 @@ impl<'a> SrpCmd<'a> {
     /// Encodes the IU into `out` and returns its length up to any immediate data (which the caller
     /// places at `out[imm_data_offset..]` or sends as a second gather entry). Does not allocate.
     pub fn encode(&self, out: &mut [u8], imm_data_offset: usize) -> Result<usize, WireError> {
+        match self.encode_simple(out, imm_data_offset) {
+            Some(n) => Ok(n),
+            None => self.encode_general(out, imm_data_offset),
+        }
+    }
+
+    /// The data path's shape -- a CDB of 1 to 16 bytes, a SIMPLE or other attribute, and no data,
+    /// one direct descriptor, or immediate data-out -- written straight into `out`: the same bytes
+    /// as [`SrpCmd::encode_general`], without its checks for additional CDB bytes and tables that
+    /// cannot apply here. None for any other shape (or too small an `out`: the general encoder
+    /// reports it).
+    fn encode_simple(&self, out: &mut [u8], imm_data_offset: usize) -> Option<usize> {
+        let n = self.cdb.len();
+        if n == 0 || n > 16 {
+            return None;
+        }
+        let (fmt, desc, total) = match (&self.data_out, &self.data_in) {
+            (DataDesc::None, DataDesc::None) => (0, None, size::CMD),
+            (DataDesc::Direct(b), DataDesc::None) => (desc_fmt::DIRECT << 4, Some(*b), 64),
+            (DataDesc::None, DataDesc::Direct(b)) => (desc_fmt::DIRECT, Some(*b), 64),
+            (DataDesc::Immediate { .. }, DataDesc::None)
+                if imm_data_offset >= size::CMD + size::IMM_DESC =>
+            {
+                (desc_fmt::IMMEDIATE << 4, None, imm_data_offset)
+            }
+            _ => return None,
+        };
+        let out = out.get_mut(..total)?;
+        out[..size::CMD].fill(0);
+        out[0] = opcode::CMD;
+        out[1] = self.sol_not;
+        out[5] = fmt;
+        out[8..16].copy_from_slice(&self.tag.to_be_bytes());
+        out[20..28].copy_from_slice(&self.lun.0);
+        out[29] = self.task_attr.code();
+        out[32..32 + n].copy_from_slice(self.cdb);
+        let d = &mut out[size::CMD..];
+        match (desc, &self.data_out) {
+            (Some(b), _) => {
+                d[..8].copy_from_slice(&b.va.to_be_bytes());
+                d[8..12].copy_from_slice(&b.key.to_be_bytes());
+                d[12..16].copy_from_slice(&b.len.to_be_bytes());
+            }
+            (None, DataDesc::Immediate { len }) => {
+                d[..4].copy_from_slice(&len.to_be_bytes());
+                d[4..].fill(0);
+            }
+            _ => {}
+        }
+        Some(total)
+    }
+
+    /// Any SRP_CMD, every field checked (see [`SrpCmd::encode`]).
+    fn encode_general(&self, out: &mut [u8], imm_data_offset: usize) -> Result<usize, WireError> {
         if self.cdb.is_empty() || self.cdb.len() > 16 + MAX_ADD_CDB {
             return Err(invalid(
                 "cdb length",
@@ -607,6 +661,53 @@ mod tests {
         let cmd =
             SrpCmd::new(1, ScsiLun::default(), &READ16).data_out(DataDesc::Immediate { len: 1 });
         assert!(cmd.encode(&mut buf, 50).is_err());
+    }
+
+    proptest::proptest! {
+        /// The data path's encoder writes exactly what the general one does, for every shape it
+        /// takes, whatever was in the slot before.
+        #[test]
+        fn the_simple_encoder_writes_what_the_general_one_does(
+            tag: u64, lun: [u8; 8], attr in 0u8..6, sol_not: u8,
+            cdb in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..=16),
+            shape in 0u8..4, va: u64, key: u32, len: u32, imm_off in 52usize..80, junk: u8,
+        ) {
+            let b = DirectBuf { va, key, len };
+            let mut cmd = SrpCmd::new(tag, ScsiLun(lun), &cdb);
+            (cmd.task_attr, cmd.sol_not) = (TaskAttr::from_code(attr), sol_not);
+            let cmd = match shape {
+                0 => cmd,
+                1 => cmd.data_out(DataDesc::Direct(b)),
+                2 => cmd.data_in(DataDesc::Direct(b)),
+                _ => cmd.data_out(DataDesc::Immediate { len }),
+            };
+            let (mut fast, mut general) = ([junk; 128], [junk; 128]);
+            let n = cmd.encode_simple(&mut fast, imm_off);
+            proptest::prop_assert!(n.is_some());
+            let m = cmd.encode_general(&mut general, imm_off).unwrap();
+            proptest::prop_assert_eq!(n, Some(m));
+            proptest::prop_assert_eq!(&fast[..m], &general[..m]);
+        }
+    }
+
+    #[test]
+    fn the_simple_encoder_leaves_other_shapes_to_the_general_one() {
+        let d = DirectBuf::default();
+        let mut buf = [0u8; 128];
+        let long = [0u8; 32];
+        let both = SrpCmd::new(1, ScsiLun::default(), &READ16)
+            .data_out(DataDesc::Direct(d))
+            .data_in(DataDesc::Direct(d));
+        let long_cdb = SrpCmd::new(1, ScsiLun::default(), &long);
+        let imm =
+            SrpCmd::new(1, ScsiLun::default(), &READ16).data_out(DataDesc::Immediate { len: 1 });
+        assert!(both.encode_simple(&mut buf, 68).is_none());
+        assert!(long_cdb.encode_simple(&mut buf, 68).is_none());
+        assert!(
+            imm.encode_simple(&mut buf, 50).is_none(),
+            "bad offset: the general one says why"
+        );
+        assert!(imm.encode_simple(&mut buf[..60], 68).is_none());
     }
 
     #[test]
