@@ -146,6 +146,9 @@ pub struct Endpoint {
     /// SENDs (and failed window requests): polled every pass, armed only when the engine waits
     /// for a send slot, so a SEND completion alone does not wake the queue (ib_srp's send CQ).
     send_cq: *mut ibv_cq,
+    /// Whether each CQ (receive, send) is armed and its event not read yet: arming one that is
+    /// costs a system call on rxe and changes nothing.
+    armed: [bool; 2],
     iu_mr: *mut ibv_mr,
     scratch_mr: *mut ibv_mr,
     data_mrs: Vec<*mut ibv_mr>,
@@ -198,6 +201,7 @@ impl Endpoint {
             comp: null_mut(),
             recv_cq: null_mut(),
             send_cq: null_mut(),
+            armed: [false; 2],
             iu_mr: null_mut(),
             scratch_mr: null_mut(),
             data_mrs: Vec::new(),

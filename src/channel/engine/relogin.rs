@@ -54,6 +54,7 @@ impl<T: Transport> Channel<T> {
         self.waiting.extend(order);
         // a new transport: every slot is free, no SEND of the old one will complete
         self.slots.reset();
+        self.lone = None;
         for e in &mut self.tags {
             e.slot = None;
         }

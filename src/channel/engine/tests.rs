@@ -185,6 +185,10 @@ fn a_response_that_beats_its_send_completion_completes_the_command() {
 fn selective_signalling_gives_back_every_slot_posted_before_a_signalled_send() {
     let (mut ch, bufs) = setup(16);
     let every = u32::from(cfg(16).signal_every());
+    // a read never answered keeps the queue from being alone (a lone command is signalled)
+    ch.transport().faults.drop_next_rsp = true;
+    io(&mut ch, &bufs, 7, BlockOp::Read, 0, 512);
+    assert!(drain(&mut ch).is_empty());
     // 40 passes of 3 writes each on tags 0-2: 120 SENDs through 16 command slots, each slot
     // used again many times, most of them never reporting a completion of their own
     for pass in 0..40u32 {
@@ -212,11 +216,11 @@ fn selective_signalling_gives_back_every_slot_posted_before_a_signalled_send() {
     }
     assert_eq!(
         ch.transport().sends,
-        (120, 120 / every),
-        "one SEND in {every} signalled"
+        (121, 1 + 120 / every),
+        "the lone read, then one SEND in {every}"
     );
     assert_eq!(ch.stats().credit_stalls, 0);
-    assert_eq!((ch.busy(), ch.req_lim()), (0, 16));
+    assert_eq!((ch.busy(), ch.req_lim()), (1, 15), "the unanswered read");
 }
 
 #[test]
@@ -730,30 +734,27 @@ fn busy_is_retried_with_backoff_within_the_command_timeout() {
 fn send_never_completing_takes_the_channel_down_at_the_timeout() {
     let (mut ch, bufs) = setup(16);
     ch.tick(0);
-    // answered: complete, whatever became of the SEND (of `signal_every` SENDs the last is
-    // signalled, and its completion is the one dropped)
-    let every = cfg(16).signal_every();
+    // a command sent alone is signalled (its SEND completion is the queue's early wake-up);
+    // answered, it completes whatever became of its SEND
     ch.transport().faults.drop_next_send_wc = true;
-    for _ in 0..every {
-        io(&mut ch, &bufs, 1, BlockOp::Read, 0, 512);
-        assert_eq!(
-            drain(&mut ch).len(),
-            1,
-            "answered, SEND not completed: done"
-        );
-    }
-    assert_eq!(ch.transport().sends, (u32::from(every), 1));
+    io(&mut ch, &bufs, 1, BlockOp::Read, 0, 512);
+    assert_eq!(
+        drain(&mut ch).len(),
+        1,
+        "answered, SEND not completed: done"
+    );
+    assert_eq!(ch.transport().sends, (1, 1));
     // unanswered and its signalled SEND never completes: no ABORT TASK can help, down at the
     // command timeout
-    for _ in 1..every {
-        io(&mut ch, &bufs, 1, BlockOp::Read, 0, 512);
-        assert_eq!(drain(&mut ch).len(), 1);
-    }
     ch.transport().faults.drop_next_send_wc = true;
     ch.transport().faults.drop_next_rsp = true;
     io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
     assert!(drain(&mut ch).is_empty());
-    assert_eq!(ch.transport().sends, (2 * u32::from(every), 2));
+    assert!(
+        ch.wants_send_completions(),
+        "a lone command's SEND wakes the queue"
+    );
+    assert_eq!(ch.transport().sends, (2, 2));
     run_until(&mut ch, 0, CMD_TIMEOUT_MS + 500);
     assert!(
         matches!(ch.down(), Some(DownReason::Timeout(_))),

@@ -72,8 +72,11 @@ impl Endpoint {
         if unsafe { ibv_get_cq_event(self.comp, &mut cq, &mut ctx) } != 0 {
             return false;
         }
-        // SAFETY: the event came from our only CQ; acked at once, the count stays even.
+        // SAFETY: the event came from one of our CQs; acked at once, the count stays even.
         unsafe { ibv_ack_cq_events(cq, 1) };
+        // that CQ is no longer armed
+        let fired = usize::from(cq == self.send_cq);
+        self.armed[fired] = false;
         true
     }
 }
@@ -338,12 +341,16 @@ impl Transport for Endpoint {
             return Ok(());
         }
         let cqs = [self.recv_cq, self.send_cq];
-        for &cq in &cqs[..if sends { 2 } else { 1 }] {
+        for (i, &cq) in cqs[..if sends { 2 } else { 1 }].iter().enumerate() {
+            if self.armed[i] {
+                continue;
+            }
             // SAFETY: cq is valid while the endpoint is not closed.
             let rc = unsafe { ibv_req_notify_cq(cq, 0) };
             if rc != 0 {
                 return Err(terr("ibv_req_notify_cq", rc));
             }
+            self.armed[i] = true;
         }
         Ok(())
     }
