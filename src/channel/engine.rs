@@ -12,7 +12,8 @@
 //!   something waits for a slot ([`Channel::wants_send_completions`]).
 //! - Selective signalling: one command SEND in [`ChannelConfig::signal_every`] asks for a
 //!   completion, which gives back its slot and every slot posted before it (`slots.rs`). Extra
-//!   slots are always signalled.
+//!   slots are always signalled, and so is a command sent with nothing else outstanding, whose SEND
+//!   completion is the queue's early wake-up (`send_cmd`).
 //! - Credits: start from LOGIN_RSP; every SRP_RSP, CRED_REQ and AER_REQ adds its delta; every
 //!   SRP_CMD takes one; one is always kept back for task management (as ib_srp does). A command with
 //!   no credit waits in a FIFO (counted as a stall) and goes when credits return.
@@ -71,7 +72,7 @@ impl ChannelConfig {
         send_slots(self.depth, self.extra_slots)
     }
 
-    /// One command SEND in this many is signalled: [`SIGNAL_EVERY`], or fewer for a shallow
+    /// One command SEND in this many is signalled: `SIGNAL_EVERY` (16), or fewer for a shallow
     /// channel, so that at most half the command slots wait for a signalled one.
     pub fn signal_every(&self) -> u16 {
         SIGNAL_EVERY.min(self.depth).max(1)
@@ -79,7 +80,7 @@ impl ChannelConfig {
 }
 
 /// Command SENDs per signalled one, at most (see [`ChannelConfig::signal_every`]).
-pub const SIGNAL_EVERY: u16 = 16;
+const SIGNAL_EVERY: u16 = 16;
 
 fn cmd_slots(depth: u16) -> u16 {
     depth.saturating_mul(2)
@@ -584,7 +585,7 @@ impl<T: Transport> Channel<T> {
 
     /// Whether the front end should be woken by a SEND completion ([`Transport::arm`]): when
     /// something waits for a free slot, and while a lone command's SEND is out (the early wake-up,
-    /// see [`Channel::send_cmd`]). Otherwise the next pass reaps them.
+    /// see `send_cmd`). Otherwise the next pass reaps them.
     pub fn wants_send_completions(&self) -> bool {
         (!self.slots.any_free() && !self.waiting.is_empty())
             || !self.small_pending.is_empty()

@@ -76,7 +76,7 @@ pub struct FakeTarget {
     held: Vec<Vec<u8>>,
     /// SENDs queued by `post_send` for the next `flush_sends` (slot, length, immediate data,
     /// signalled).
-    chain: Vec<(u16, usize, Option<DataBuf>, bool)>,
+    chain: Vec<QueuedSend>,
     /// SENDs executed, and how many of them were signalled.
     pub sends: (u32, u32),
     held_send_wcs: Vec<Wc>,
@@ -96,6 +96,9 @@ pub struct FakeTarget {
     windows: Vec<Option<FakeWindow>>,
     next_window_key: u32,
 }
+
+/// A SEND queued for the next chain: slot, length, immediate data, signalled.
+type QueuedSend = (u16, usize, Option<DataBuf>, bool);
 
 /// One command's window: the key the target got opens `len` bytes at `va` of buffer `lkey`.
 #[derive(Clone, Copy, Debug)]
@@ -330,13 +333,7 @@ impl FakeTarget {
     }
 
     /// Executes one SEND: the command's response (if any) and the send completion go to the CQ.
-    fn send_now(
-        &mut self,
-        slot: u16,
-        len: usize,
-        imm: Option<DataBuf>,
-        signal: bool,
-    ) -> Result<(), TransportError> {
+    fn send_now(&mut self, (slot, len, imm, signal): QueuedSend) -> Result<(), TransportError> {
         self.sends.0 += 1;
         self.sends.1 += u32::from(signal);
         let mut iu = self.send_slots[usize::from(slot)][..len].to_vec();
@@ -563,14 +560,14 @@ impl Transport for FakeTarget {
     fn flush_sends(&mut self) -> Result<(), TransportError> {
         let chain = std::mem::take(&mut self.chain);
         let fail_at = self.faults.fail_post_at.take();
-        for (i, (slot, len, imm, signal)) in chain.into_iter().enumerate() {
+        for (i, send) in chain.into_iter().enumerate() {
             if fail_at == Some(i) {
                 return Err(TransportError {
                     op: "fake post_send",
                     detail: format!("work request {i} of the chain refused"),
                 });
             }
-            self.send_now(slot, len, imm, signal)?;
+            self.send_now(send)?;
         }
         Ok(())
     }
