@@ -238,8 +238,8 @@ impl<C: Connect> Path<C> {
         self.ch.transport().notify_fd()
     }
 
-    /// Whether a command waits for a send slot ([`Channel::wants_send_completions`]): a front end
-    /// whose CQ poll is still out arms again so that a SEND completion wakes it too.
+    /// Whether a SEND completion should wake the front end too ([`Channel::wants_send_completions`]):
+    /// one whose CQ poll is still out arms again.
     pub fn wants_send_completions(&self) -> bool {
         self.ch.wants_send_completions()
     }

@@ -143,8 +143,9 @@ pub struct Endpoint {
     comp: *mut ibv_comp_channel,
     /// Receives: armed before every sleep (a response wakes the queue).
     recv_cq: *mut ibv_cq,
-    /// SENDs (and failed window requests): polled every pass, armed only when the engine waits
-    /// for a send slot, so a SEND completion alone does not wake the queue (ib_srp's send CQ).
+    /// SENDs (and failed window requests): polled every pass, armed only when the engine asks
+    /// (a command waits for a slot, or a lone command's SEND is its early wake-up), so a SEND
+    /// completion alone does not wake a busy queue (ib_srp's send CQ never does).
     send_cq: *mut ibv_cq,
     /// Whether each CQ (receive, send) is armed and its event not read yet: arming one that is
     /// costs a system call on rxe and changes nothing.

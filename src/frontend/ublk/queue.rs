@@ -230,8 +230,9 @@ impl Queue<'_> {
     /// Arms what wakes a sleeping queue: the completion channel and, while commands are out, a
     /// timer for the channel's timed work. Returns whether something completed meanwhile.
     fn prepare_sleep(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) -> bool {
-        // a poll still out means the CQs are still armed, unless a command now waits for a send
-        // slot: then the send CQ is armed as well (same fd)
+        // a poll still out means the CQs are still armed, unless the channel now wants SEND
+        // completions too (a command waits for a slot, or a lone command's early wake-up): then
+        // the send CQ is armed as well (same fd; a CQ still armed is not armed again)
         if !self.cq_poll || path.wants_send_completions() {
             if let Some(fd) = path.arm() {
                 if !self.cq_poll {
