@@ -886,7 +886,10 @@ impl<T: Transport> Channel<T> {
                 );
             }
         }
-        self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
+        if delta < 0 {
+            // a target may take credits back; only then can the low-water mark move
+            self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
+        }
     }
 
     fn on_rsp(&mut self, srp_tag: u64, info: RspInfo, done: &mut dyn FnMut(Done)) {
@@ -922,6 +925,16 @@ impl<T: Transport> Channel<T> {
 
     /// The response is in: complete, or retry.
     fn finish(&mut self, tag: u16, info: RspInfo, done: &mut dyn FnMut(Done)) {
+        if info.status == 0 && info.sense.is_none() {
+            // GOOD without sense, nearly every response: nothing to classify
+            let outcome = CmdOutcome {
+                status: ScsiStatus::Good,
+                sense: None,
+                resid: info.resid,
+                errno: 0,
+            };
+            return self.complete(tag, outcome, done);
+        }
         let idx = usize::from(tag);
         let status = ScsiStatus::from(info.status);
         let d = classify(status, info.sense.as_ref());
