@@ -22,7 +22,7 @@ fn prometheus_text_parses_and_carries_the_counters() {
         "block_size": 512, "depth": 64, "poll": "adaptive", "vendor": "V", "product": "P",
         "serial": null, "wwid": null, "rdma_device": "rxe0", "log": "",
         "queues": [{"qid": 0, "tid": 1, "req_lim_login": 128, "req_lim": 128, "cmds": 6,
-                    "credit_stalls": 3, "state": "running", "reconnects": 2, "aborts": 1,
+                    "credit_stalls": 3, "slot_stalls": 4, "state": "running", "reconnects": 2, "aborts": 1,
                     "io": io}]
     });
     std::fs::write(dir.join("ublkb7.json"), state.to_string()).unwrap();
@@ -60,6 +60,7 @@ for fam in text_string_to_metric_families(text):
         "counter srp_ublk_write_bytes_total - 65536.0",
         "counter srp_ublk_io_errors_total - 1.0",
         "counter srp_ublk_credit_stalls_total - 3.0",
+        "counter srp_ublk_send_slot_stalls_total - 4.0",
         "counter srp_ublk_reconnects_total - 2.0",
         "counter srp_ublk_aborts_total - 1.0",
         "gauge srp_ublk_queue_running - 0.0", // pid 1 is not this device's daemon

@@ -232,6 +232,9 @@ pub struct ChannelStats {
     pub completed: u64,
     /// Times a command waited for credits.
     pub credit_stalls: u64,
+    /// Times a command had its credit but waited for a free send slot (every slot's SEND not yet
+    /// reaped: the fabric completes SENDs late).
+    pub slot_stalls: u64,
     /// Retries after retryable statuses.
     pub retries: u64,
     /// Responses for no outstanding command (late or duplicate), dropped.
@@ -572,7 +575,11 @@ impl<T: Transport> Channel<T> {
                 self.waiting.push_back(tag);
             }
         } else {
-            self.stats.credit_stalls += 1;
+            if self.req_lim > 1 && !self.slots.any_free() {
+                self.stats.slot_stalls += 1;
+            } else {
+                self.stats.credit_stalls += 1;
+            }
             self.tags[usize::from(tag)].state = TagState::Waiting;
             self.waiting.push_back(tag);
         }

@@ -226,7 +226,7 @@ const LE_POW2: std::ops::RangeInclusive<u32> = 4..=23;
 /// reads), names after the Prometheus conventions (`_total` counters, base units: bytes, seconds).
 fn prometheus(devs: &[DeviceState]) -> String {
     type Get = fn(&srp_ublk::session::state::QueueState) -> u64;
-    let counters: [(&str, &str, Get); 9] = [
+    let counters: [(&str, &str, Get); 10] = [
         ("srp_ublk_read_ops_total", "Reads completed.", |q| {
             q.io.read_ops
         }),
@@ -253,6 +253,11 @@ fn prometheus(devs: &[DeviceState]) -> String {
             "srp_ublk_credit_stalls_total",
             "Times a command waited for SRP credits.",
             |q| q.credit_stalls,
+        ),
+        (
+            "srp_ublk_send_slot_stalls_total",
+            "Times a command had its credit but waited for a free send slot.",
+            |q| q.slot_stalls,
         ),
         (
             "srp_ublk_reconnects_total",

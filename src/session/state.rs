@@ -27,6 +27,9 @@ pub struct QueueState {
     pub cmds: u64,
     /// Times a command waited for credits.
     pub credit_stalls: u64,
+    /// Times a command waited for a free send slot.
+    #[serde(default)]
+    pub slot_stalls: u64,
     /// running, blocked, fail-fast or lost (ib_srp's rport states).
     pub state: String,
     /// Reconnects that succeeded.

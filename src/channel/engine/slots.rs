@@ -36,10 +36,7 @@ impl SendSlots {
 
     /// Every slot free again (a new transport: no SEND of the old one will complete).
     pub(super) fn reset(&mut self) {
-        let n = self.tag.len() as u16;
-        self.free = (0..n).rev().collect();
-        self.sent.clear();
-        self.unsignalled = 0;
+        *self = SendSlots::new(self.tag.len() as u16, self.every);
     }
 
     /// The slot the next SEND would take, and whether that SEND is to be signalled.

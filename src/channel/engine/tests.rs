@@ -166,6 +166,12 @@ fn a_response_that_beats_its_send_completion_completes_the_command() {
         "not sent without a free slot"
     );
     assert!(ch.wants_send_completions());
+    let st = ch.stats();
+    assert_eq!(
+        (st.slot_stalls, st.credit_stalls),
+        (1, 0),
+        "a wait for a slot, not a credit"
+    );
     ch.arm().unwrap();
     assert!(ch.transport().armed_sends);
     ch.transport().release_send_wcs();
@@ -219,7 +225,7 @@ fn selective_signalling_gives_back_every_slot_posted_before_a_signalled_send() {
         (121, 1 + 120 / every),
         "the lone read, then one SEND in {every}"
     );
-    assert_eq!(ch.stats().credit_stalls, 0);
+    assert_eq!((ch.stats().credit_stalls, ch.stats().slot_stalls), (0, 0));
     assert_eq!((ch.busy(), ch.req_lim()), (1, 15), "the unanswered read");
 }
 
