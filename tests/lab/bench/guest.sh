@@ -1,18 +1,24 @@
 #!/bin/sh
 # The lab half of `just bench`: srp-ublk against the kernel's ib_srp on the same LIO LUN in one boot,
-# runs interleaved (srp-ublk, ib_srp, srp-ublk with rkey_scope=login, srp-ublk, ...), plus the fabric's own limit (perftest) and
-# srp-ublk's three completion modes. Raw results (fio JSON, /proc/stat deltas, perftest text) go to
-# $LAB_OUT/bench/; tests/lab/bench/report.py turns them into the table and docs/bench/latest.json.
+# in paired rounds (each round runs every case on both, srp-ublk first in odd rounds and ib_srp first
+# in even ones, so that a drift of the emulated machine falls on both alike; report.py takes the ratio
+# within each round), plus the fabric's own limit (perftest) and srp-ublk's three completion modes.
+# Raw results (fio JSON, /proc/stat deltas, perftest text) go to $LAB_OUT/bench/; report.py turns them
+# into the table and docs/bench/latest.json.
 #
-# Knobs (the host prepends them): BENCH_ROUNDS (3), BENCH_SECS (5, per run after 1 s ramp),
+# Knobs (the host prepends them): BENCH_ROUNDS (5), BENCH_SECS (10, per run after 1 s ramp),
 # BENCH_QUEUES (2: srp-ublk queues = ib_srp ch_count), BENCH_DEPTH (64: srp-ublk depth = ib_srp
-# queue_size - 1, ib_srp keeps one slot for task management), BENCH_CASES (all), BENCH_MODES.
+# queue_size - 1, ib_srp keeps one slot for task management), BENCH_CASES (all), BENCH_MODES,
+# BENCH_MODE_ROUNDS (3), BENCH_SCOPES ("command"; "command login" adds srp-ublk with
+# rkey_scope=login to every round, about 8 minutes more).
 set -u
-ROUNDS=${BENCH_ROUNDS:-3}
-SECS=${BENCH_SECS:-5}
+ROUNDS=${BENCH_ROUNDS:-5}
+SECS=${BENCH_SECS:-10}
 QUEUES=${BENCH_QUEUES:-2}
 DEPTH=${BENCH_DEPTH:-64}
 MODES=${BENCH_MODES:-adaptive interrupt busy}
+MODE_ROUNDS=${BENCH_MODE_ROUNDS:-3}
+SCOPES=${BENCH_SCOPES:-command}
 OUT=$LAB_OUT/bench
 mkdir -p "$OUT"
 # name rw bs iodepth numjobs
@@ -41,9 +47,9 @@ run() {
     echo "bench: $_name $2 round $3: $(grep -o '"iops" : [0-9.]*' "$_f.json" | head -2 | tr '\n' ' ')"
 }
 
-echo "bench: $(uname -r), $(nproc) vCPUs, rounds=$ROUNDS secs=$SECS queues=$QUEUES depth=$DEPTH"
+echo "bench: $(uname -r), $(nproc) vCPUs, rounds=$ROUNDS secs=$SECS queues=$QUEUES depth=$DEPTH scopes=$SCOPES"
 { echo "kernel=$(uname -r)"; echo "rounds=$ROUNDS"; echo "secs=$SECS"; echo "queues=$QUEUES";
-  echo "depth=$DEPTH"; echo "vcpus=$(nproc)"; } > "$OUT/meta"
+  echo "depth=$DEPTH"; echo "vcpus=$(nproc)"; echo "mode_rounds=$MODE_ROUNDS"; } > "$OUT/meta"
 
 # --- the fabric's own limit: perftest over the same rxe device, 4 KiB messages (server and client on
 # the one port, as the SRP target and initiators are)
@@ -63,13 +69,16 @@ for r in 1 2; do
     perf ib_send_lat $r -n 2000
 done
 
-# --- srp-ublk (default completion mode and rkey scope) and srp-ublk with rkey_scope=login against
-# ib_srp, interleaved, each device attached once
+# --- srp-ublk (default completion mode and rkey scope; with BENCH_SCOPES=login also srp-ublk with
+# rkey_scope=login) against ib_srp in paired rounds, each device attached once
 dev=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH") || die "srp-ublk add failed"
-devl=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH" --rkey-scope login) ||
-    die "srp-ublk add --rkey-scope login failed"
+devl=
+case " $SCOPES " in *" login "*)
+    devl=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH" --rkey-scope login) ||
+        die "srp-ublk add --rkey-scope login failed";;
+esac
 sd=$(lab-ref-attach "ch_count=$QUEUES,queue_size=$((DEPTH + 1))") || die "lab-ref-attach failed"
-echo "bench: srp-ublk $dev (rkey_scope=command), $devl (rkey_scope=login), ib_srp $sd ($(cat /sys/block/${sd#/dev/}/device/queue_depth 2>/dev/null) deep)"
+echo "bench: srp-ublk $dev (rkey_scope=command), ${devl:-no} rkey_scope=login device, ib_srp $sd ($(cat /sys/block/${sd#/dev/}/device/queue_depth 2>/dev/null) deep)"
 srp-ublk list
 # what each queue pins: the daemon's VmPin (tag buffers, send slots, receive buffers) over its queues
 pid0=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${dev#/dev/}.json" | grep -o '[0-9]*$')
@@ -78,15 +87,20 @@ echo "max_io_kb=$(cat "/sys/block/${dev#/dev/}/queue/max_hw_sectors_kb")" >> "$O
 echo "poll=$(srp-ublk list --json | grep -o '"poll": *"[a-z]*"' | head -1 | grep -o '[a-z]*"$' | tr -d '"')" >> "$OUT/meta"
 for r in $(seq "$ROUNDS"); do
     for c in $CASES; do
-        run "$c" srp_ublk "$r" "$dev"
-        run "$c" ib_srp "$r" "$sd"
-        run "$c" srp_ublk_login "$r" "$devl"
+        if [ $((r % 2)) = 1 ]; then
+            run "$c" srp_ublk "$r" "$dev"
+            run "$c" ib_srp "$r" "$sd"
+        else
+            run "$c" ib_srp "$r" "$sd"
+            run "$c" srp_ublk "$r" "$dev"
+        fi
+        [ -z "$devl" ] || run "$c" srp_ublk_login "$r" "$devl"
     done
 done
 srp-ublk del --all >/dev/null || die "srp-ublk del failed"
 
 # --- srp-ublk's completion modes (ib_srp stays attached as the same-round reference)
-for r in $(seq "$ROUNDS"); do
+for r in $(seq "$MODE_ROUNDS"); do
     for m in $MODES; do
         dev=$(srp-ublk add --target "$SRP_TARGET" --queues "$QUEUES" --depth "$DEPTH" --poll "$m") ||
             die "srp-ublk add --poll $m failed"

@@ -4,10 +4,12 @@
 usage: report.py RAW_DIR OUT_JSON COMMAND [LATEST_JSON PERFORMANCE_MD]
 
 RAW_DIR holds CASE.INITIATOR.ROUND.json (fio), CASE.INITIATOR.ROUND.cpu ("busy0 total0 busy1 total1"
-in jiffies of the whole guest), perftest.TOOL.ROUND.txt and meta. Medians over rounds, spread as
-(max - min) / median. Ratios are srp-ublk / ib_srp: above 1 is better for IOPS and MB/s, below 1 is
-better for latency and CPU per I/O. With LATEST_JSON and PERFORMANCE_MD the summary is also written
-there and the table between the bench:lab markers of PERFORMANCE_MD is replaced.
+in jiffies of the whole guest), perftest.TOOL.ROUND.txt and meta. Raw figures are medians over
+rounds, with spread = (max - min) / median. Ratios are srp-ublk / ib_srp taken within each round (the
+two ran back to back), reported as the median of the rounds' ratios with their range: above 1 is
+better for IOPS and MB/s, below 1 is better for latency and CPU per I/O. With LATEST_JSON and
+PERFORMANCE_MD the summary is also written there and the table between the bench:lab markers of
+PERFORMANCE_MD is replaced.
 """
 import datetime
 import glob
@@ -76,17 +78,25 @@ def main():
     raw, out_json, command = sys.argv[1:4]
     meta = load_meta(raw)
     secs = int(meta.get("secs", 5))
-    runs = {}  # (case, initiator) -> [run]
+    runs = {}  # (case, initiator) -> {round: run}
     for p in sorted(glob.glob(os.path.join(raw, "*.json"))):
         name = os.path.basename(p)[: -len(".json")]
-        case, initiator, _round = name.rsplit(".", 2)
-        runs.setdefault((case, initiator), []).append(fio_run(p, p[:-5] + ".cpu", secs))
+        case, initiator, rnd = name.rsplit(".", 2)
+        runs.setdefault((case, initiator), {})[int(rnd)] = fio_run(p, p[:-5] + ".cpu", secs)
     if not runs:
         sys.exit(f"report: no fio results under {raw}")
 
     def med(case, initiator, metric):
-        vals = [r[metric] for r in runs.get((case, initiator), [])]
+        vals = [r[metric] for r in runs.get((case, initiator), {}).values()]
         return summarise(vals) if vals else (None, None)
+
+    def paired(case, initiator, metric):
+        """Median and range of initiator / ib_srp over the rounds both ran (None if none)."""
+        a, b = runs.get((case, initiator), {}), runs.get((case, "ib_srp"), {})
+        ratios = [a[r][metric] / b[r][metric] for r in sorted(a) if r in b and b[r][metric]]
+        if not ratios:
+            return None, None
+        return round(statistics.median(ratios), 3), [round(min(ratios), 3), round(max(ratios), 3)]
 
     cases = []
     order = ["randread-4k-qd32", "randread-4k-qd32x2", "randwrite-4k-qd32", "randwrite-4k-qd32x2",
@@ -107,12 +117,15 @@ def main():
             suffix = {"p50_us": "-p50", "p99_us": "-p99", "cpu_us_per_io": "-cpu"}.get(metric, "")
             if "qd1" in case and metric == "iops":
                 suffix = "-iops"
+            ratio, ratio_range = paired(case, "srp_ublk", metric)
+            login_ratio, login_range = paired(case, "srp_ublk_login", metric)
             cases.append({
                 "name": case + suffix, "unit": unit,
                 "srp_ublk": round(s, 2), "ib_srp": round(k, 2) if k else None,
-                "ratio": round(s / k, 3) if k else None,
+                "ratio": ratio, "ratio_range": ratio_range,
+                "rounds": len(runs[(case, "srp_ublk")]),
                 "srp_ublk_login": round(lg, 2) if lg else None,
-                "login_ratio": round(lg / k, 3) if lg and k else None,
+                "login_ratio": login_ratio, "login_ratio_range": login_range,
                 "spread_pct": {"srp_ublk": round(s_spread, 1), "ib_srp": round(k_spread or 0, 1),
                                "srp_ublk_login": round(lg_spread or 0, 1)},
             })
@@ -146,7 +159,7 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "kernel": meta.get("kernel"), "command": command,
         "setup": {k: meta.get(k) for k in ("rounds", "secs", "queues", "depth", "vcpus", "poll",
-                                            "pin_kb_per_queue", "max_io_kb")},
+                                            "pin_kb_per_queue", "max_io_kb", "mode_rounds")},
         "cases": cases, "perftest": {k: round(v, 2) for k, v in pt.items()}, "poll_modes": modes,
     }
     text = json.dumps(doc, indent=1) + "\n"
@@ -175,27 +188,46 @@ def fmt(v):
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
 
 
+def ratio_cell(ratio, rng):
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f} ({rng[0]:.2f}-{rng[1]:.2f})" if rng else f"{ratio:.2f}"
+
+
 def markdown(doc):
     s = doc["setup"]
+    login = any(c.get("srp_ublk_login") for c in doc["cases"])
     lines = [
         f"Command: `{doc['command']}`, {doc['date']}, kernel {doc['kernel']} under qemu TCG "
         f"({s['vcpus']} vCPUs), LIO rd_mcp LUN over rxe0, one boot. srp-ublk `--queues {s['queues']} "
-        f"--depth {s['depth']}` (poll {s['poll']}) against ib_srp `ch_count={s['queues']},"
+        f"--depth {s['depth']}` (poll {s['poll']}, rkey_scope=command) against ib_srp `ch_count={s['queues']},"
         f"queue_size={int(s['depth']) + 1}`; fio libaio direct, {s['secs']} s after 1 s ramp, "
-        f"{s['rounds']} interleaved rounds, medians (spread = (max - min) / median). srp-ublk runs "
-        "with its default rkey_scope=command (a memory window per command) and, as `login`, with "
-        "rkey_scope=login (buffers registered for the whole login).",
+        f"{s['rounds']} paired rounds (srp-ublk first in odd rounds, ib_srp first in even ones). "
+        "Raw figures: medians of the rounds (spread = (max - min) / median); srp-ublk / ib_srp: the "
+        "median of the ratios taken within each round, with their range."
+        + (" `login`: srp-ublk with rkey_scope=login (buffers registered for the whole login)."
+           if login else ""),
         "",
-        "| case | unit | srp-ublk | ib_srp | srp-ublk / ib_srp | login | login / ib_srp | spread srp-ublk / ib_srp / login |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    if login:
+        lines += ["| case | unit | srp-ublk | ib_srp | srp-ublk / ib_srp | login | login / ib_srp | spread srp-ublk / ib_srp / login |",
+                  "|---|---|---|---|---|---|---|---|"]
+    else:
+        lines += ["| case | unit | srp-ublk | ib_srp | srp-ublk / ib_srp (range) | spread srp-ublk / ib_srp |",
+                  "|---|---|---|---|---|---|"]
     for c in doc["cases"]:
         if c["name"] == "perftest-4k-msg-rate":
             continue
         sp = c["spread_pct"]
-        lines.append(f"| {c['name']} | {c['unit']} | {fmt(c['srp_ublk'])} | {fmt(c['ib_srp'])} | "
-                     f"{fmt(c['ratio'])} | {fmt(c.get('srp_ublk_login'))} | {fmt(c.get('login_ratio'))} | "
-                     f"{sp['srp_ublk']:.0f}% / {sp['ib_srp']:.0f}% / {sp.get('srp_ublk_login', 0):.0f}% |")
+        row = (f"| {c['name']} | {c['unit']} | {fmt(c['srp_ublk'])} | {fmt(c['ib_srp'])} | "
+               f"{ratio_cell(c['ratio'], c.get('ratio_range'))} | ")
+        if login:
+            row += (f"{fmt(c.get('srp_ublk_login'))} | "
+                    f"{ratio_cell(c.get('login_ratio'), c.get('login_ratio_range'))} | "
+                    f"{sp['srp_ublk']:.0f}% / {sp['ib_srp']:.0f}% / {sp.get('srp_ublk_login', 0):.0f}% |")
+        else:
+            row += f"{sp['srp_ublk']:.0f}% / {sp['ib_srp']:.0f}% |"
+        lines.append(row)
     if s.get("pin_kb_per_queue"):
         lines += ["", f"Pinned memory per queue (the daemon's VmPin over its queues, depth {s['depth']}, "
                   f"largest I/O {s.get('max_io_kb')} KiB): {int(s['pin_kb_per_queue']) / 1024:.1f} MiB."]
@@ -209,7 +241,8 @@ def markdown(doc):
                 lines.append(f"Best 4 KiB randread against ib_write_bw's message rate: srp-ublk "
                              f"{c['ratio']:.2f}, ib_srp {fmt(c['ib_srp_ratio'])}.")
     if doc["poll_modes"]:
-        lines += ["", "srp-ublk's completion modes (same boot; each mode a fresh device; randread 4 KiB):", "",
+        lines += ["", f"srp-ublk's completion modes (same boot; each mode a fresh device; randread 4 KiB; "
+                  f"medians of {s.get('mode_rounds') or s['rounds']} rounds):", "",
                   "| --poll | QD1 p50 us | QD1 CPU us/IO | QD32 IOPS | QD32 CPU us/IO |", "|---|---|---|---|---|"]
         for m in doc["poll_modes"]:
             lines.append(f"| {m['mode']} | {fmt(m['qd1_p50_us'])} | {fmt(m['qd1_cpu_us_per_io'])} | "

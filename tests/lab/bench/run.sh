@@ -2,7 +2,8 @@
 # just bench (lab): boot the lab once and run tests/lab/bench/guest.sh, then summarise with report.py:
 # target/bench/lab-<time>.json (+ the raw files under target/bench/lab-<time>/), docs/bench/latest.json
 # and the table in docs/performance.md. Knobs: BENCH_ROUNDS, BENCH_SECS, BENCH_QUEUES, BENCH_DEPTH,
-# BENCH_CASES, BENCH_MODES (see guest.sh); BENCH_NO_DOCS=1 leaves docs/ alone.
+# BENCH_CASES, BENCH_MODES, BENCH_MODE_ROUNDS, BENCH_SCOPES (see guest.sh); BENCH_NO_DOCS=1 leaves docs/
+# alone.
 set -euo pipefail
 # `run.sh counters`: the paired-round counters (counters.sh, counters.py) instead of the full bench
 WHAT=${1:-lab}
@@ -40,7 +41,7 @@ trap 'rm -f "$job"' EXIT
 {
     echo '#!/bin/sh'
     for v in BENCH_ROUNDS BENCH_SECS BENCH_QUEUES BENCH_DEPTH BENCH_CASES BENCH_MODES BENCH_SCOPES BENCH_POLLS \
-             BENCH_BASELINE_NAME BENCH_RUBLK BENCH_PROFILE; do
+             BENCH_MODE_ROUNDS BENCH_BASELINE_NAME BENCH_RUBLK BENCH_PROFILE; do
         [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
     done
     if [ "$WHAT" = counters ]; then cat "$HERE/counters.sh"; else cat "$HERE/guest.sh"; fi
@@ -58,7 +59,7 @@ fi
 raw=$ROOT/target/bench/lab-$stamp
 cp -r "$ROOT/target/lab/out/bench" "$raw"
 cmd="just bench"
-[ -n "${BENCH_ROUNDS:-}${BENCH_SECS:-}${BENCH_CASES:-}" ] && cmd="BENCH_ROUNDS=${BENCH_ROUNDS:-3} BENCH_SECS=${BENCH_SECS:-5} just bench"
+[ -n "${BENCH_ROUNDS:-}${BENCH_SECS:-}${BENCH_CASES:-}" ] && cmd="BENCH_ROUNDS=${BENCH_ROUNDS:-5} BENCH_SECS=${BENCH_SECS:-10} just bench"
 if [ -n "${BENCH_NO_DOCS:-}" ]; then
     python3 "$HERE/report.py" "$raw" "$raw.json" "$cmd"
 else
