@@ -83,8 +83,9 @@ fuzz-smoke: fuzz-setup
 fuzz-setup: deps
     @command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 
-# benchmarks: `just bench` (= `just bench lab`: srp-ublk against the kernel's ib_srp in one lab boot, with
-# perftest's fabric limit and the poll modes; writes docs/bench/latest.json and the docs/performance.md table),
+# benchmarks: `just bench` (= `just bench lab`: srp-ublk against the kernel's ib_srp in one lab boot, paired
+# rounds with the ratio taken per round, with perftest's fabric limit and the poll modes; writes
+# docs/bench/latest.json and the docs/performance.md table; tests/lab/bench/compare.py checks two runs agree),
 # `just bench counters` (paired rounds srp-ublk / ib_srp with system calls, context switches and CPU per I/O,
 # srp-ublk's null backend against rublk's null target, pinned memory per queue and a whole-guest profile
 # split by initiator, fabric and target; knobs in tests/lab/bench/counters.sh),
