@@ -487,6 +487,17 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_recorded_before_slot_stalls_reads_as_none() {
+        // what a daemon from before the counter wrote for a queue
+        let q: QueueState = serde_json::from_str(
+            r#"{"qid": 1, "tid": 7, "req_lim_login": 128, "req_lim": 120, "cmds": 9,
+                "credit_stalls": 3, "state": "running"}"#,
+        )
+        .unwrap();
+        assert_eq!((q.qid, q.credit_stalls, q.slot_stalls), (1, 3, 0));
+    }
+
+    #[test]
     fn round_trip_through_a_run_dir() {
         let dir = std::env::temp_dir().join(format!("srp-ublk-state-{}", std::process::id()));
         std::env::set_var("SRP_UBLK_RUN_DIR", &dir);
