@@ -118,6 +118,9 @@ fn resolve_target(t: &str) -> anyhow::Result<TargetSpec> {
 
 /// Runs `add`.
 pub fn run(a: AddArgs) -> anyhow::Result<()> {
+    if std::env::var_os(DAEMON_ENV).is_some() {
+        super::daemon::own_session();
+    }
     a.timers()?;
     let target = match (&a.target, &a.backend) {
         (Some(t), _) => Some(a.session.apply(resolve_target(t)?)),
@@ -235,7 +238,6 @@ pub fn spawn_daemon(
     login_timeout: u64,
     json: bool,
 ) -> anyhow::Result<()> {
-    use std::os::unix::process::CommandExt;
     let logs = run_dir().join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let stamp = std::time::SystemTime::now()
@@ -266,7 +268,6 @@ pub fn spawn_daemon(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log_file))
-        .process_group(0)
         .spawn()
         .context("cannot start the srp-ublk daemon")?;
     let out = child.stdout.take().context("no pipe to the daemon")?;
@@ -322,7 +323,8 @@ fn daemon(a: AddArgs, target: Option<TargetSpec>, notify: bool) -> anyhow::Resul
     let r = serve(&a, target.as_ref(), notify);
     if let Err(e) = &r {
         if notify {
-            println!("ERROR {e:#}");
+            // `add` may be gone (interrupted): a closed pipe is not this daemon's error
+            let _ = writeln!(std::io::stdout(), "ERROR {e:#}");
             let _ = std::io::stdout().flush();
         }
     }
@@ -389,7 +391,8 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
         }
         tracing::info!("{} is live (ublk device {})", info.bdev, info.dev_id);
         if notify {
-            println!("READY {}", serde_json::to_string(&info).unwrap_or_default());
+            let ready = serde_json::to_string(&info).unwrap_or_default();
+            let _ = writeln!(std::io::stdout(), "READY {ready}");
             let _ = std::io::stdout().flush();
             detach_stdout();
         } else {

@@ -75,6 +75,19 @@ pub(crate) fn signal(d: &DeviceState, sig: Signal) -> anyhow::Result<()> {
     }
 }
 
+/// Makes a daemon started by `add`, `up` or `recover` the leader of a session of its own, as
+/// daemons are: no controlling terminal, no signal from the terminal that ran `add`, and a
+/// scheduler autogroup of its own. In the shell's autogroup its queue threads would share one
+/// CPU share with the applications they serve, so the scheduler runs them sooner after each
+/// wake-up and each wake-up finds fewer commands (measured in docs/performance.md). EPERM means
+/// it already leads one: a unit's main process, or an `upgrade` image exec'd by such a daemon.
+pub(crate) fn own_session() {
+    match nix::unistd::setsid() {
+        Ok(_) | Err(nix::errno::Errno::EPERM) => {}
+        Err(e) => tracing::warn!("setsid: {e}: the daemon stays in the session that started it"),
+    }
+}
+
 /// What a process serving a block device must be to make progress when the kernel writes back
 /// through that device under memory pressure (as ublk servers for swap or file systems are told):
 /// PR_SET_IO_FLUSHER (its own allocations do not wait for I/O it serves) and out of the OOM

@@ -18,6 +18,10 @@ expect_contains "list" "$out" "dest=10.77.0.1:5555"
 json=$(srp-ublk list --json) || fail "list --json"
 expect_contains "list --json" "$json" '"req_lim_login": 128'
 pid=$(pidof srp-ublk) || fail "no daemon running"
+# the daemon leads a session of its own (field 6 of /proc/PID/stat): no controlling terminal, and a
+# scheduler autogroup apart from the applications it serves
+sid=$(sed 's/.*) //' /proc/$pid/stat | cut -d' ' -f4)
+expect_eq "daemon's session id" "$sid" "$pid"
 # the tag buffers are registered (pinned) for the login: at the default depth (64) a queue's largest
 # I/O is 128 KiB so that its buffers stay within 8 MiB
 expect_eq "largest I/O (KiB) at depth 64" "$(cat /sys/block/ublkb0/queue/max_hw_sectors_kb)" 128
