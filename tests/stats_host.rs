@@ -77,3 +77,48 @@ for fam in text_string_to_metric_families(text):
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `srp-ublk stats`' text: the rates between two writes of the state file, with the stalls, reconnects
+/// and aborts of that interval.
+#[test]
+fn text_rates_between_two_state_writes() {
+    let dir = std::env::temp_dir().join(format!("srp-ublk-stats-text-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = |ms: u64, n: u64| {
+        let mut io = srp_ublk::stats::IoCounters::default();
+        for _ in 0..n {
+            io.record(srp_ublk::stats::IoKind::Write, 4096, false, 100);
+        }
+        serde_json::json!({
+            "dev_id": 3, "bdev": "/dev/ublkb3", "pid": 1, "target": "t", "lun": 0, "size": 1048576,
+            "block_size": 512, "depth": 64, "poll": "adaptive", "vendor": "V", "product": "P",
+            "serial": null, "wwid": null, "rdma_device": "rxe0", "log": "", "updated_ms": ms,
+            "queues": [{"qid": 0, "tid": 1, "req_lim_login": 128, "req_lim": 128, "cmds": n,
+                        "credit_stalls": n / 100, "slot_stalls": n / 10, "state": "running",
+                        "reconnects": 0, "aborts": 0, "io": io}]
+        })
+        .to_string()
+    };
+    let file = dir.join("ublkb3.json");
+    std::fs::write(&file, state(10_000, 0)).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_srp-ublk"))
+        .args(["stats", "-n", "3", "--interval", "0.2"])
+        .env("SRP_UBLK_RUN_DIR", &dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the daemon's next write, 2 s of counters later: 2000 writes, 20 credit and 200 slot stalls
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    std::fs::write(&file, state(12_000, 2000)).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "stats failed: {text}");
+    for want in [
+        "/dev/ublkb3  read 0 IOPS 0.0 MB/s  write 1000 IOPS 4.1 MB/s",
+        "credit stalls 20  slot stalls 200  reconnects 0  aborts 0",
+        "    q0  read 0 IOPS",
+    ] {
+        assert!(text.contains(want), "missing '{want}' in:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -108,6 +108,8 @@ struct Rates {
     latency_us: Option<[u64; 4]>,
     errors: u64,
     credit_stalls: u64,
+    /// Commands that had their credit but waited for a free send slot.
+    slot_stalls: u64,
     reconnects: u64,
     aborts: u64,
     queues: Vec<Rates>,
@@ -130,6 +132,7 @@ impl Rates {
                     secs,
                     [
                         delta(q.credit_stalls, |x| x.credit_stalls),
+                        delta(q.slot_stalls, |x| x.slot_stalls),
                         delta(q.reconnects, |x| x.reconnects),
                         delta(q.aborts, |x| x.aborts),
                     ],
@@ -145,6 +148,7 @@ impl Rates {
         let sum = |f: fn(&Rates) -> u64| queues.iter().map(f).sum();
         let events = [
             sum(|q| q.credit_stalls),
+            sum(|q| q.slot_stalls),
             sum(|q| q.reconnects),
             sum(|q| q.aborts),
         ];
@@ -155,7 +159,7 @@ impl Rates {
         name: String,
         io: &IoCounters,
         secs: f64,
-        ev: [u64; 3],
+        ev: [u64; 4],
         queues: Vec<Rates>,
     ) -> Rates {
         let per = |n: u64| n as f64 / secs;
@@ -170,8 +174,9 @@ impl Rates {
             latency_us: pct[0].map(|_| pct.map(|p| p.unwrap_or(0))),
             errors: io.errors,
             credit_stalls: ev[0],
-            reconnects: ev[1],
-            aborts: ev[2],
+            slot_stalls: ev[1],
+            reconnects: ev[2],
+            aborts: ev[3],
             queues,
         }
     }
@@ -188,7 +193,7 @@ impl Rates {
         });
         format!(
             "read {:.0} IOPS {:.1} MB/s  write {:.0} IOPS {:.1} MB/s  other {:.0}/s  {lat}  errors {}  \
-             credit stalls {}  reconnects {}  aborts {}",
+             credit stalls {}  slot stalls {}  reconnects {}  aborts {}",
             self.read_iops,
             self.read_mb_s,
             self.write_iops,
@@ -196,6 +201,7 @@ impl Rates {
             self.other_iops,
             self.errors,
             self.credit_stalls,
+            self.slot_stalls,
             self.reconnects,
             self.aborts
         )
