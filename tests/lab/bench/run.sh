@@ -58,8 +58,11 @@ if [ "$WHAT" = counters ]; then
 fi
 raw=$ROOT/target/bench/lab-$stamp
 cp -r "$ROOT/target/lab/out/bench" "$raw"
+# the command as run: every knob that was set, so that the table says what made it
 cmd="just bench"
-[ -n "${BENCH_ROUNDS:-}${BENCH_SECS:-}${BENCH_CASES:-}" ] && cmd="BENCH_ROUNDS=${BENCH_ROUNDS:-5} BENCH_SECS=${BENCH_SECS:-10} just bench"
+for v in BENCH_MODE_ROUNDS BENCH_MODES BENCH_SCOPES BENCH_CASES BENCH_DEPTH BENCH_QUEUES BENCH_SECS BENCH_ROUNDS; do
+    [ -n "${!v:-}" ] && val=${!v} && cmd="$v=\"${val//$'\n'/ }\" $cmd"
+done
 if [ -n "${BENCH_NO_DOCS:-}" ]; then
     python3 "$HERE/report.py" "$raw" "$raw.json" "$cmd"
 else
