@@ -80,7 +80,7 @@ pub(crate) fn signal(d: &DeviceState, sig: Signal) -> anyhow::Result<()> {
 /// scheduler autogroup of its own. In the shell's autogroup its queue threads would share one
 /// CPU share with the applications they serve, so the scheduler runs them sooner after each
 /// wake-up and each wake-up finds fewer commands (measured in docs/performance.md). EPERM means
-/// it already leads one: a unit's main process, or an `upgrade` image exec'd by such a daemon.
+/// it already leads one: the image an `upgrade` exec'd in place of such a daemon.
 pub(crate) fn own_session() {
     match nix::unistd::setsid() {
         Ok(_) | Err(nix::errno::Errno::EPERM) => {}
