@@ -230,7 +230,8 @@ pub struct ChannelStats {
     pub cmds: u64,
     /// Commands completed to the front end.
     pub completed: u64,
-    /// Times a command waited for credits.
+    /// Times a command waited for credits (not counting commands held while the channel is down or
+    /// a LUN reset is out).
     pub credit_stalls: u64,
     /// Times a command had its credit but waited for a free send slot (every slot's SEND not yet
     /// reaped: the fabric completes SENDs late).
@@ -575,10 +576,14 @@ impl<T: Transport> Channel<T> {
                 self.waiting.push_back(tag);
             }
         } else {
-            if self.req_lim > 1 && !self.slots.any_free() {
-                self.stats.slot_stalls += 1;
-            } else {
-                self.stats.credit_stalls += 1;
+            // a stall is a wait for the target (credit) or for our send slots; a command held while
+            // the channel is down or a LUN reset is out is neither
+            if self.down.is_none() && !self.paused {
+                if self.req_lim > 1 && !self.slots.any_free() {
+                    self.stats.slot_stalls += 1;
+                } else {
+                    self.stats.credit_stalls += 1;
+                }
             }
             self.tags[usize::from(tag)].state = TagState::Waiting;
             self.waiting.push_back(tag);

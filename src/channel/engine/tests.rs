@@ -537,6 +537,8 @@ fn reconnect_reissues_what_was_in_flight_and_what_was_held() {
     ch.set_hold(true);
     ch.submit(2, read).unwrap();
     assert_eq!(ch.busy(), 3);
+    // held for the reconnect: not a wait for credit or for a send slot
+    assert_eq!((ch.stats().credit_stalls, ch.stats().slot_stalls), (0, 0));
     let new = ch.transport().successor();
     let mut rekeyed = Vec::new();
     let old = ch.reconnect(new, 16, 8192, &mut |tag, b| {
