@@ -118,7 +118,9 @@ fn resolve_target(t: &str) -> anyhow::Result<TargetSpec> {
 
 /// Runs `add`.
 pub fn run(a: AddArgs) -> anyhow::Result<()> {
-    if std::env::var_os(DAEMON_ENV).is_some() {
+    // started by `add`, `up` or `recover` (spawn_daemon) to serve the device
+    let is_daemon = std::env::var_os(DAEMON_ENV).is_some();
+    if is_daemon {
         super::daemon::own_session();
     }
     a.timers()?;
@@ -157,7 +159,7 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
         }
         a.session.single_lun(Some(t))?;
     }
-    if std::env::var_os(DAEMON_ENV).is_some() {
+    if is_daemon {
         return daemon(a, target, true);
     }
     if a.foreground {

@@ -107,12 +107,31 @@ struct Rates {
     /// Latency percentiles over the interval, microseconds (p50, p90, p99, p99.9).
     latency_us: Option<[u64; 4]>,
     errors: u64,
+    #[serde(flatten)]
+    events: Events,
+    queues: Vec<Rates>,
+}
+
+/// What happened to a queue's (or a device's) commands over the interval.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+struct Events {
+    /// Commands that waited for the target's credit.
     credit_stalls: u64,
     /// Commands that had their credit but waited for a free send slot.
     slot_stalls: u64,
     reconnects: u64,
     aborts: u64,
-    queues: Vec<Rates>,
+}
+
+impl Events {
+    fn sum(all: impl Iterator<Item = Events>) -> Events {
+        all.fold(Events::default(), |a, e| Events {
+            credit_stalls: a.credit_stalls + e.credit_stalls,
+            slot_stalls: a.slot_stalls + e.slot_stalls,
+            reconnects: a.reconnects + e.reconnects,
+            aborts: a.aborts + e.aborts,
+        })
+    }
 }
 
 impl Rates {
@@ -130,12 +149,12 @@ impl Rates {
                     format!("q{}", q.qid),
                     &io,
                     secs,
-                    [
-                        delta(q.credit_stalls, |x| x.credit_stalls),
-                        delta(q.slot_stalls, |x| x.slot_stalls),
-                        delta(q.reconnects, |x| x.reconnects),
-                        delta(q.aborts, |x| x.aborts),
-                    ],
+                    Events {
+                        credit_stalls: delta(q.credit_stalls, |x| x.credit_stalls),
+                        slot_stalls: delta(q.slot_stalls, |x| x.slot_stalls),
+                        reconnects: delta(q.reconnects, |x| x.reconnects),
+                        aborts: delta(q.aborts, |x| x.aborts),
+                    },
                     Vec::new(),
                 )
             })
@@ -145,13 +164,7 @@ impl Rates {
             let b = was.and_then(|w| w.queues.iter().find(|x| x.qid == q.qid));
             all.add(&q.io.since(&b.map(|b| b.io.clone()).unwrap_or_default()));
         }
-        let sum = |f: fn(&Rates) -> u64| queues.iter().map(f).sum();
-        let events = [
-            sum(|q| q.credit_stalls),
-            sum(|q| q.slot_stalls),
-            sum(|q| q.reconnects),
-            sum(|q| q.aborts),
-        ];
+        let events = Events::sum(queues.iter().map(|q| q.events));
         Rates::from_io(d.bdev.clone(), &all, secs, events, queues)
     }
 
@@ -159,7 +172,7 @@ impl Rates {
         name: String,
         io: &IoCounters,
         secs: f64,
-        ev: [u64; 4],
+        events: Events,
         queues: Vec<Rates>,
     ) -> Rates {
         let per = |n: u64| n as f64 / secs;
@@ -173,10 +186,7 @@ impl Rates {
             other_iops: per(io.other_ops),
             latency_us: pct[0].map(|_| pct.map(|p| p.unwrap_or(0))),
             errors: io.errors,
-            credit_stalls: ev[0],
-            slot_stalls: ev[1],
-            reconnects: ev[2],
-            aborts: ev[3],
+            events,
             queues,
         }
     }
@@ -200,10 +210,10 @@ impl Rates {
             self.write_mb_s,
             self.other_iops,
             self.errors,
-            self.credit_stalls,
-            self.slot_stalls,
-            self.reconnects,
-            self.aborts
+            self.events.credit_stalls,
+            self.events.slot_stalls,
+            self.events.reconnects,
+            self.events.aborts
         )
     }
 
