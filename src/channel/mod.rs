@@ -13,7 +13,7 @@ pub mod fake;
 
 pub use engine::{
     send_slots, Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, PortDown,
-    ReissueLimit, Timeout, TmfAnswer, CMD_TIMEOUT_MS, STALL_MS, TMF_TIMEOUT_MS,
+    ReissueLimit, Timeout, TmfAnswer, CMD_TIMEOUT_MS, LINK_CHECK_MS, STALL_MS, TMF_TIMEOUT_MS,
 };
 
 use crate::rdma::TagBufs;
@@ -145,7 +145,7 @@ pub trait Transport {
     /// Consumes pending notifications (after the fd became readable).
     fn ack_notify(&mut self) -> Result<(), TransportError>;
     /// Why the local link cannot carry the channel (its port is down), if it cannot. Asked only when
-    /// commands have waited [`engine::LINK_CHECK_MS`] without a completion: a response lost with
+    /// commands have waited [`LINK_CHECK_MS`] without a completion: a response lost with
     /// the link leaves nothing for the HCA to retry, so no completion would ever say so.
     fn link_down(&mut self) -> Option<PortDown> {
         None
