@@ -334,17 +334,7 @@ fn daemon(a: AddArgs, target: Option<TargetSpec>, notify: bool) -> anyhow::Resul
 }
 
 fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Result<()> {
-    // SIGTERM/SIGINT stop the device (handled by a thread once it is live); SIGHUP is ignored
-    let mut sigs = nix::sys::signal::SigSet::empty();
-    for s in [
-        nix::sys::signal::SIGTERM,
-        nix::sys::signal::SIGINT,
-        nix::sys::signal::SIGHUP,
-        nix::sys::signal::SIGUSR2,
-    ] {
-        sigs.add(s);
-    }
-    sigs.thread_block().context("blocking signals")?;
+    let sigs = block_signals()?;
     let (source, mut state) = match (target, a.handover_since) {
         (Some(_), Some(ms)) => handover_source(a, ms)?,
         (Some(t), None) => srp_source(a, t)?,
@@ -392,44 +382,9 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
             tracing::debug!("cannot write {uevent}: {e}");
         }
         tracing::info!("{} is live (ublk device {})", info.bdev, info.dev_id);
-        if notify {
-            let ready = serde_json::to_string(&info).unwrap_or_default();
-            let _ = writeln!(std::io::stdout(), "READY {ready}");
-            let _ = std::io::stdout().flush();
-            detach_stdout();
-        } else {
-            println!("{}", info.bdev);
-            let _ = std::io::stdout().flush();
-        }
-        let dev_id = info.dev_id;
-        let cap2 = cap.clone();
-        std::thread::spawn(move || loop {
-            match sigs.wait() {
-                Ok(nix::sys::signal::SIGHUP) => {
-                    // `srp-ublk resize`: re-read the LUN's capacity
-                    tracing::info!("SIGHUP: checking the LUN's capacity");
-                    cap2.check.store(true, Relaxed);
-                }
-                // `srp-ublk upgrade`: returns only if the new image could not be started
-                Ok(nix::sys::signal::SIGUSR2) => re_exec(dev_id),
-                Ok(sig) => {
-                    tracing::info!("{sig:?}: stopping ublk device {dev_id}");
-                    if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(dev_id as i32) {
-                        let _ = c.kill_dev();
-                    }
-                    return;
-                }
-                Err(_) => return,
-            }
-        });
-        std::thread::spawn(move || loop {
-            std::thread::sleep(Duration::from_secs(2));
-            if !DeviceState::path(dev_id).exists() {
-                return;
-            }
-            refresh(&mut state, &st2, &cap);
-            let _ = state.write();
-        });
+        announce(&info, notify);
+        spawn_signal_thread(sigs, info.dev_id, cap.clone());
+        spawn_state_refresher(state, st2, cap, info.dev_id);
     };
     let r = front::serve(source, uopts, status, on_live);
     for d in DeviceState::all() {
@@ -439,6 +394,76 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     }
     r?;
     Ok(())
+}
+
+/// Blocks the signals the device's signal thread waits for (every thread inherits the mask):
+/// SIGTERM/SIGINT stop the device, SIGHUP re-reads the capacity, SIGUSR2 upgrades.
+fn block_signals() -> anyhow::Result<nix::sys::signal::SigSet> {
+    let mut sigs = nix::sys::signal::SigSet::empty();
+    for s in [
+        nix::sys::signal::SIGTERM,
+        nix::sys::signal::SIGINT,
+        nix::sys::signal::SIGHUP,
+        nix::sys::signal::SIGUSR2,
+    ] {
+        sigs.add(s);
+    }
+    sigs.thread_block().context("blocking signals")?;
+    Ok(sigs)
+}
+
+/// Tells whoever started the device that it is live: `add`'s READY line on the daemon's pipe
+/// (then the pipe is let go), or the device's name on stdout when run in the foreground.
+fn announce(info: &LiveInfo, notify: bool) {
+    if notify {
+        let ready = serde_json::to_string(info).unwrap_or_default();
+        let _ = writeln!(std::io::stdout(), "READY {ready}");
+        let _ = std::io::stdout().flush();
+        detach_stdout();
+    } else {
+        println!("{}", info.bdev);
+        let _ = std::io::stdout().flush();
+    }
+}
+
+fn spawn_signal_thread(sigs: nix::sys::signal::SigSet, dev_id: u32, cap: Arc<CapacityStatus>) {
+    std::thread::spawn(move || loop {
+        match sigs.wait() {
+            Ok(nix::sys::signal::SIGHUP) => {
+                // `srp-ublk resize`: re-read the LUN's capacity
+                tracing::info!("SIGHUP: checking the LUN's capacity");
+                cap.check.store(true, Relaxed);
+            }
+            // `srp-ublk upgrade`: returns only if the new image could not be started
+            Ok(nix::sys::signal::SIGUSR2) => re_exec(dev_id),
+            Ok(sig) => {
+                tracing::info!("{sig:?}: stopping ublk device {dev_id}");
+                if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(dev_id as i32) {
+                    let _ = c.kill_dev();
+                }
+                return;
+            }
+            Err(_) => return,
+        }
+    });
+}
+
+/// Rewrites the state file every 2 s (queue states and counters for `list` and `stats`) until
+/// it is removed.
+fn spawn_state_refresher(
+    mut state: DeviceState,
+    status: Arc<Vec<QueueStatus>>,
+    cap: Arc<CapacityStatus>,
+    dev_id: u32,
+) {
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(2));
+        if !DeviceState::path(dev_id).exists() {
+            return;
+        }
+        refresh(&mut state, &status, &cap);
+        let _ = state.write();
+    });
 }
 
 /// Replaces this daemon's image with one that takes `/dev/ublkb<dev_id>` over (see [`OnRemoved`]):

@@ -220,60 +220,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             srp_ublk::session::state::run_dir().join(format!("{}.sock", socket_name(&a.name)?)),
         ),
     };
+    // flags first: a TLS mistake is reported before the login, not after it
+    let tls = tls_config(&listen, &a)?;
     let export = match (&a.target, &a.backend) {
-        (Some(t), None) => {
-            let target = a.session.apply(TargetSpec::parse(t)?);
-            let timers = a.timer_args.timers()?;
-            let (h, channels, relogin) = match std::env::var(HANDOVER_ENV) {
-                Ok(json) => taken_over(&a, &target, &json)?,
-                Err(_) => opened(&a, &target)?,
-            };
-            let export = Export {
-                name: a.name.clone(),
-                size: h.identity.size,
-                min_block: h.identity.block_size,
-                max_io: h.max_io,
-                read_only: h.read_only,
-                fast_zero: h.geo.write_same_unmap && h.geo.lbprz,
-                trim: h.geo.unmap,
-                cache: h.geo.cache,
-                max_trim: h.max_trim,
-                max_zero: h.max_zero,
-                lba_status: AtomicBool::new(h.geo.lbpme),
-                source: Source::Srp {
-                    pool: Arc::new(nbd::Pool::new(channels, relogin.clone())),
-                    geo: h.geo,
-                    depth: h.depth,
-                    relogin,
-                    timers,
-                },
-            };
-            watch_device(h);
-            export
-        }
-        (None, Some(b)) => {
-            let (kind, size) = parse_spec(b)?;
-            tracing::warn!("serving the {b} demo backend: this is not storage");
-            let source = match kind {
-                DemoKind::Mem => Source::Mem(Arc::new(MemDisk::new(size))),
-                DemoKind::Null => Source::Null,
-            };
-            Export {
-                name: a.name.clone(),
-                size,
-                min_block: 512,
-                max_io: 1 << 20,
-                read_only: false,
-                fast_zero: true,
-                trim: true,
-                // RAM with a cache's interface, so clients exercise FLUSH and FUA
-                cache: WriteCache::LEGACY,
-                max_trim: DEMO_CHUNK,
-                max_zero: DEMO_CHUNK,
-                lba_status: AtomicBool::new(false),
-                source,
-            }
-        }
+        (Some(t), None) => srp_export(&a, t)?,
+        (None, Some(b)) => demo_export(&a, b)?,
         _ => bail!("give --target STRING (an SRP target) or --backend null:SIZE|mem:SIZE"),
     };
     let where_ = match &listen {
@@ -281,7 +232,81 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         Listen::Tcp(a) => format!("tcp:{a}"),
     };
     let name = a.name.clone();
-    let tls = match (&listen, &a.tls_cert, &a.tls_key) {
+    super::daemon::protect_from_reclaim();
+    let limits = Limits {
+        max_connections: a.max_connections as usize,
+        handshake_timeout: std::time::Duration::from_secs(a.handshake_timeout),
+    };
+    nbd::serve(&listen, Arc::new(export), limits, tls, || {
+        println!("serving NBD export '{name}' on {where_}");
+        let _ = std::io::stdout().flush();
+    })
+    .with_context(|| format!("cannot serve on {where_}"))
+}
+
+/// An export of the SRP LUN `t` names, taken over from a previous image or logged in afresh.
+fn srp_export(a: &ServeArgs, t: &str) -> anyhow::Result<Export> {
+    let target = a.session.apply(TargetSpec::parse(t)?);
+    let timers = a.timer_args.timers()?;
+    let (h, channels, relogin) = match std::env::var(HANDOVER_ENV) {
+        Ok(json) => taken_over(a, &target, &json)?,
+        Err(_) => opened(a, &target)?,
+    };
+    let export = Export {
+        name: a.name.clone(),
+        size: h.identity.size,
+        min_block: h.identity.block_size,
+        max_io: h.max_io,
+        read_only: h.read_only,
+        fast_zero: h.geo.write_same_unmap && h.geo.lbprz,
+        trim: h.geo.unmap,
+        cache: h.geo.cache,
+        max_trim: h.max_trim,
+        max_zero: h.max_zero,
+        lba_status: AtomicBool::new(h.geo.lbpme),
+        source: Source::Srp {
+            pool: Arc::new(nbd::Pool::new(channels, relogin.clone())),
+            geo: h.geo,
+            depth: h.depth,
+            relogin,
+            timers,
+        },
+    };
+    watch_device(h);
+    Ok(export)
+}
+
+/// An export of a demo backend (`null:SIZE`, `mem:SIZE`).
+fn demo_export(a: &ServeArgs, b: &str) -> anyhow::Result<Export> {
+    let (kind, size) = parse_spec(b)?;
+    tracing::warn!("serving the {b} demo backend: this is not storage");
+    let source = match kind {
+        DemoKind::Mem => Source::Mem(Arc::new(MemDisk::new(size))),
+        DemoKind::Null => Source::Null,
+    };
+    Ok(Export {
+        name: a.name.clone(),
+        size,
+        min_block: 512,
+        max_io: 1 << 20,
+        read_only: false,
+        fast_zero: true,
+        trim: true,
+        // RAM with a cache's interface, so clients exercise FLUSH and FUA
+        cache: WriteCache::LEGACY,
+        max_trim: DEMO_CHUNK,
+        max_zero: DEMO_CHUNK,
+        lba_status: AtomicBool::new(false),
+        source,
+    })
+}
+
+/// The TLS setup a listener needs: required for TCP unless `--no-tls` (which is warned about),
+/// refused for a unix socket.
+type TlsConfig = Option<Arc<rustls::ServerConfig>>;
+
+fn tls_config(listen: &Listen, a: &ServeArgs) -> anyhow::Result<TlsConfig> {
+    let tls = match (listen, &a.tls_cert, &a.tls_key) {
         (Listen::Tcp(_), Some(cert), Some(key)) => Some(
             nbd::server_config(cert, key, a.tls_ca.as_deref())
                 .context("loading the TLS certificate")?,
@@ -297,19 +322,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         ),
         _ => None,
     };
-    if let (Listen::Tcp(addr), true) = (&listen, a.no_tls) {
+    if let (Listen::Tcp(addr), true) = (listen, a.no_tls) {
         tracing::warn!("NBD over TCP on {addr} without TLS (--no-tls): anyone who can reach it can read and write the LUN");
     }
-    super::daemon::protect_from_reclaim();
-    let limits = Limits {
-        max_connections: a.max_connections as usize,
-        handshake_timeout: std::time::Duration::from_secs(a.handshake_timeout),
-    };
-    nbd::serve(&listen, Arc::new(export), limits, tls, || {
-        println!("serving NBD export '{name}' on {where_}");
-        let _ = std::io::stdout().flush();
-    })
-    .with_context(|| format!("cannot serve on {where_}"))
+    Ok(tls)
 }
 
 #[cfg(test)]

@@ -558,6 +558,26 @@ fn lun_identity(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunIdentity, Ses
 
 /// Asks the LUN what it is.
 pub fn interrogate(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunInfo, SessionError> {
+    test_unit_ready(ch, lun)?;
+    let inquiry = standard_inquiry(ch, lun)?;
+    let vpd = VpdPages::read(ch, lun);
+    let capacity = read_capacity(ch, lun)?;
+    let (write_cache, fua, read_only) = caching(ch, lun);
+    Ok(LunInfo {
+        lun,
+        inquiry,
+        serial: vpd.serial,
+        wwid: vpd.wwid,
+        capacity,
+        limits: vpd.limits,
+        provisioning: vpd.provisioning,
+        write_cache,
+        fua,
+        read_only,
+    })
+}
+
+fn test_unit_ready(ch: &mut Channel<Endpoint>, lun: u64) -> Result<(), SessionError> {
     let tur = ScsiCmd {
         cdb: Cdb::test_unit_ready(),
         data: DataDir::None,
@@ -579,6 +599,11 @@ pub fn interrogate(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunInfo, Sess
             ),
         });
     }
+    Ok(())
+}
+
+/// Standard INQUIRY: only a connected disk (peripheral type 0) is served.
+fn standard_inquiry(ch: &mut Channel<Endpoint>, lun: u64) -> Result<StandardInquiry, SessionError> {
     let std_inq = data_in(ch, "INQUIRY", lun, Cdb::inquiry(None, 96), 96)?;
     let inquiry = StandardInquiry::parse(&std_inq).map_err(|e| SessionError::Command {
         what: "INQUIRY",
@@ -594,35 +619,55 @@ pub fn interrogate(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunInfo, Sess
             ),
         });
     }
-    let supported = data_in(
-        ch,
-        "INQUIRY VPD 0x00",
-        lun,
-        Cdb::inquiry(Some(vpd::page::SUPPORTED), 255),
-        255,
-    )
-    .ok()
-    .and_then(|b| vpd::supported_pages(&b).ok().map(<[u8]>::to_vec))
-    .unwrap_or_default();
-    let mut vpd_page = |page: u8, what: &'static str, alloc: u32| {
-        if supported.contains(&page) {
-            data_in(ch, what, lun, Cdb::inquiry(Some(page), alloc as u16), alloc).ok()
-        } else {
-            None
+    Ok(inquiry)
+}
+
+/// What the optional VPD pages say; a page the LUN does not list, or that fails, is left out.
+struct VpdPages {
+    serial: Option<String>,
+    wwid: Option<String>,
+    limits: Option<BlockLimits>,
+    provisioning: Option<Provisioning>,
+}
+
+impl VpdPages {
+    fn read(ch: &mut Channel<Endpoint>, lun: u64) -> VpdPages {
+        let supported = data_in(
+            ch,
+            "INQUIRY VPD 0x00",
+            lun,
+            Cdb::inquiry(Some(vpd::page::SUPPORTED), 255),
+            255,
+        )
+        .ok()
+        .and_then(|b| vpd::supported_pages(&b).ok().map(<[u8]>::to_vec))
+        .unwrap_or_default();
+        let mut page = |page: u8, what: &'static str, alloc: u32| {
+            if supported.contains(&page) {
+                data_in(ch, what, lun, Cdb::inquiry(Some(page), alloc as u16), alloc).ok()
+            } else {
+                None
+            }
+        };
+        VpdPages {
+            serial: page(vpd::page::SERIAL, "INQUIRY VPD 0x80", 255)
+                .and_then(|b| vpd::serial_number(&b).ok()),
+            wwid: page(vpd::page::DEVICE_ID, "INQUIRY VPD 0x83", 1024).and_then(|b| {
+                vpd::preferred_lu_designator(&b)
+                    .ok()
+                    .flatten()
+                    .map(|d| vpd::scsi_id_serial(&d))
+            }),
+            limits: page(vpd::page::BLOCK_LIMITS, "INQUIRY VPD 0xB0", 64)
+                .and_then(|b| BlockLimits::parse(&b).ok()),
+            provisioning: page(vpd::page::LBP, "INQUIRY VPD 0xB2", 64)
+                .and_then(|b| Provisioning::parse(&b).ok()),
         }
-    };
-    let serial = vpd_page(vpd::page::SERIAL, "INQUIRY VPD 0x80", 255)
-        .and_then(|b| vpd::serial_number(&b).ok());
-    let wwid = vpd_page(vpd::page::DEVICE_ID, "INQUIRY VPD 0x83", 1024).and_then(|b| {
-        vpd::preferred_lu_designator(&b)
-            .ok()
-            .flatten()
-            .map(|d| vpd::scsi_id_serial(&d))
-    });
-    let limits = vpd_page(vpd::page::BLOCK_LIMITS, "INQUIRY VPD 0xB0", 64)
-        .and_then(|b| BlockLimits::parse(&b).ok());
-    let provisioning =
-        vpd_page(vpd::page::LBP, "INQUIRY VPD 0xB2", 64).and_then(|b| Provisioning::parse(&b).ok());
+    }
+}
+
+/// READ CAPACITY(16), with a block size the block layer takes.
+fn read_capacity(ch: &mut Channel<Endpoint>, lun: u64) -> Result<Capacity, SessionError> {
     let cap = data_in(ch, "READ CAPACITY(16)", lun, Cdb::read_capacity16(32), 32)?;
     let capacity = Capacity::parse(&cap).map_err(|e| SessionError::Command {
         what: "READ CAPACITY(16)",
@@ -638,36 +683,29 @@ pub fn interrogate(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunInfo, Sess
             ),
         });
     }
-    let (write_cache, fua, read_only) = match data_in(
+    Ok(capacity)
+}
+
+/// (write cache enabled, DPOFUA, write protected) from MODE SENSE(10)'s caching page. Without
+/// the page a volatile cache is assumed: flushes are then sent, which is safe.
+fn caching(ch: &mut Channel<Endpoint>, lun: u64) -> (bool, bool, bool) {
+    let Ok(b) = data_in(
         ch,
         "MODE SENSE(10)",
         lun,
         Cdb::mode_sense10(0x08, 0, 252),
         252,
-    ) {
-        Ok(b) => match ModeSense10::parse(&b) {
-            Ok(m) => (
-                m.caching().is_some_and(|c| c.wce),
-                m.dpofua,
-                m.write_protect,
-            ),
-            Err(_) => (true, false, false),
-        },
-        // no caching page: assume a volatile cache (flushes are then sent, which is safe)
-        Err(_) => (true, false, false),
+    ) else {
+        return (true, false, false);
     };
-    Ok(LunInfo {
-        lun,
-        inquiry,
-        serial,
-        wwid,
-        capacity,
-        limits,
-        provisioning,
-        write_cache,
-        fua,
-        read_only,
-    })
+    match ModeSense10::parse(&b) {
+        Ok(m) => (
+            m.caching().is_some_and(|c| c.wce),
+            m.dpofua,
+            m.write_protect,
+        ),
+        _ => (true, false, false),
+    }
 }
 
 /// The largest I/O when the target string sets none: the pin budget over the depth, rounded down
