@@ -516,32 +516,27 @@ fn data_in(
     }
 }
 
+/// INQUIRY for VPD page `page` (at most `alloc` bytes); `None` when the LUN does not answer it
+/// (every VPD page srp-ublk reads is optional, so the error itself is not kept).
+fn vpd_page(ch: &mut Channel<Endpoint>, lun: u64, page: u8, alloc: u16) -> Option<Vec<u8>> {
+    let cdb = Cdb::inquiry(Some(page), alloc);
+    data_in(ch, "INQUIRY VPD", lun, cdb, u32::from(alloc)).ok()
+}
+
+/// The LUN's name from a VPD 0x83 page: its preferred designator, as scsi_id spells it.
+fn lu_name(page: &[u8]) -> Option<String> {
+    vpd::preferred_lu_designator(page)
+        .ok()
+        .flatten()
+        .map(|d| vpd::scsi_id_serial(&d))
+}
+
 /// What identifies the LUN a channel reaches: VPD 0x83's designator (as scsi_id names it), VPD
 /// 0x80's serial where the LUN has one, and READ CAPACITY(16).
 fn lun_identity(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunIdentity, SessionError> {
-    let wwid = data_in(
-        ch,
-        "INQUIRY VPD 0x83",
-        lun,
-        Cdb::inquiry(Some(vpd::page::DEVICE_ID), 1024),
-        1024,
-    )
-    .ok()
-    .and_then(|b| {
-        vpd::preferred_lu_designator(&b)
-            .ok()
-            .flatten()
-            .map(|d| vpd::scsi_id_serial(&d))
-    });
-    let serial = data_in(
-        ch,
-        "INQUIRY VPD 0x80",
-        lun,
-        Cdb::inquiry(Some(vpd::page::SERIAL), 255),
-        255,
-    )
-    .ok()
-    .and_then(|b| vpd::serial_number(&b).ok());
+    let wwid = vpd_page(ch, lun, vpd::page::DEVICE_ID, 1024).and_then(|b| lu_name(&b));
+    let serial =
+        vpd_page(ch, lun, vpd::page::SERIAL, 255).and_then(|b| vpd::serial_number(&b).ok());
     let cap = data_in(ch, "READ CAPACITY(16)", lun, Cdb::read_capacity16(32), 32)?;
     let cap = Capacity::parse(&cap).map_err(|e| SessionError::Command {
         what: "READ CAPACITY(16)",
@@ -632,36 +627,21 @@ struct VpdPages {
 
 impl VpdPages {
     fn read(ch: &mut Channel<Endpoint>, lun: u64) -> VpdPages {
-        let supported = data_in(
-            ch,
-            "INQUIRY VPD 0x00",
-            lun,
-            Cdb::inquiry(Some(vpd::page::SUPPORTED), 255),
-            255,
-        )
-        .ok()
-        .and_then(|b| vpd::supported_pages(&b).ok().map(<[u8]>::to_vec))
-        .unwrap_or_default();
-        let mut page = |page: u8, what: &'static str, alloc: u32| {
+        let supported = vpd_page(ch, lun, vpd::page::SUPPORTED, 255)
+            .and_then(|b| vpd::supported_pages(&b).ok().map(<[u8]>::to_vec))
+            .unwrap_or_default();
+        let mut page = |page: u8, alloc: u16| {
             if supported.contains(&page) {
-                data_in(ch, what, lun, Cdb::inquiry(Some(page), alloc as u16), alloc).ok()
+                vpd_page(ch, lun, page, alloc)
             } else {
                 None
             }
         };
         VpdPages {
-            serial: page(vpd::page::SERIAL, "INQUIRY VPD 0x80", 255)
-                .and_then(|b| vpd::serial_number(&b).ok()),
-            wwid: page(vpd::page::DEVICE_ID, "INQUIRY VPD 0x83", 1024).and_then(|b| {
-                vpd::preferred_lu_designator(&b)
-                    .ok()
-                    .flatten()
-                    .map(|d| vpd::scsi_id_serial(&d))
-            }),
-            limits: page(vpd::page::BLOCK_LIMITS, "INQUIRY VPD 0xB0", 64)
-                .and_then(|b| BlockLimits::parse(&b).ok()),
-            provisioning: page(vpd::page::LBP, "INQUIRY VPD 0xB2", 64)
-                .and_then(|b| Provisioning::parse(&b).ok()),
+            serial: page(vpd::page::SERIAL, 255).and_then(|b| vpd::serial_number(&b).ok()),
+            wwid: page(vpd::page::DEVICE_ID, 1024).and_then(|b| lu_name(&b)),
+            limits: page(vpd::page::BLOCK_LIMITS, 64).and_then(|b| BlockLimits::parse(&b).ok()),
+            provisioning: page(vpd::page::LBP, 64).and_then(|b| Provisioning::parse(&b).ok()),
         }
     }
 }
