@@ -101,10 +101,12 @@ pub struct CapacityStatus {
 pub enum PollMode {
     /// Busy-poll the CQ whenever commands are in flight.
     Busy,
-    /// Busy-poll for a bounded number of empty polls, then arm the CQ and sleep (the default) --
-    /// when the machine has a core to spare for spinning (at least queues + 2 online CPUs: one for
-    /// the application, one for the fabric); with fewer, spinning takes the cycles the completions
-    /// need (measured in the lab: `just bench`), so the queue waits for interrupts instead.
+    /// Busy-poll for a bounded number of empty polls, then arm the CQ and sleep (the default).
+    /// With a core to spare for spinning (at least queues + 2 online CPUs: one for the
+    /// application, one for the fabric) a queue spins whenever commands are out; with fewer, only
+    /// while one command is out: at low depth the machine waits for that command anyway and the
+    /// spin saves the wake-up, at high depth spinning takes the cycles the completions need
+    /// (measured in the lab: `just bench`, docs/performance.md).
     Adaptive,
     /// Always arm the CQ and sleep until its completion channel fires.
     Interrupt,
@@ -382,7 +384,7 @@ pub fn serve(
         on_removed: opts.on_removed.clone(),
         relogin,
         geo,
-        mode: effective_mode(opts.poll, nr_queues),
+        waiting: waiting(opts.poll, nr_queues),
         shared,
     });
     let q_fn = move |qid: u16, dev: &UblkDev| start.run(qid, dev);
@@ -419,7 +421,7 @@ struct QueueStart {
     on_removed: Option<OnRemoved>,
     relogin: Relogin,
     geo: Geometry,
-    mode: PollMode,
+    waiting: Waiting,
     shared: Arc<SessionLink>,
 }
 
@@ -448,7 +450,7 @@ impl QueueStart {
             dev,
             ch,
             self.geo,
-            self.mode,
+            self.waiting,
             self.relogin.clone(),
             rport,
             self.on_removed.clone(),
@@ -461,17 +463,49 @@ impl QueueStart {
     }
 }
 
-/// `adaptive` spins only with a core to spare (see [`PollMode::Adaptive`]).
-fn effective_mode(mode: PollMode, queues: u16) -> PollMode {
+/// How a queue waits for completions, decided once for the machine from the `--poll` mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Waiting {
+    pub mode: PollMode,
+    /// `adaptive` spins only while at most this many commands are in flight.
+    pub spin_depth: u16,
+}
+
+impl Waiting {
+    /// Empty polls before an adaptive queue sleeps.
+    const ADAPTIVE_SPINS: u32 = 2000;
+
+    /// Whether a queue with `in_flight` commands out, after `spins` empty polls in a row, polls
+    /// its CQ again rather than sleeping.
+    pub fn spins(&self, in_flight: u16, spins: u32) -> bool {
+        in_flight > 0
+            && match self.mode {
+                PollMode::Busy => true,
+                PollMode::Adaptive => spins < Self::ADAPTIVE_SPINS && in_flight <= self.spin_depth,
+                PollMode::Interrupt => false,
+            }
+    }
+}
+
+/// `adaptive` spins whenever commands are out only with a core to spare; without one, only while
+/// a single command is out (see [`PollMode::Adaptive`]).
+fn waiting(mode: PollMode, queues: u16) -> Waiting {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if mode == PollMode::Adaptive && cpus < usize::from(queues) + 2 {
         tracing::info!(
-            "adaptive polling: {cpus} CPUs for {queues} queue(s) leave no core to spin on; \
-             completions wait for interrupts (--poll busy forces spinning)"
+            "adaptive polling: {cpus} CPUs for {queues} queue(s) leave no core to spin on; a queue \
+             spins only while one command is out, and otherwise waits for interrupts \
+             (--poll busy forces spinning, --poll interrupt never spins)"
         );
-        return PollMode::Interrupt;
+        return Waiting {
+            mode,
+            spin_depth: 1,
+        };
     }
-    mode
+    Waiting {
+        mode,
+        spin_depth: u16::MAX,
+    }
 }
 
 fn build_ctrl(
@@ -554,5 +588,40 @@ fn pin(tid: i32, cpu: usize, qid: usize) {
         .and_then(|_| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set));
     if let Err(e) = r {
         tracing::warn!("queue {qid}: cannot pin thread {tid} to CPU {cpu}: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_spins() {
+        let w = |mode, spin_depth| Waiting { mode, spin_depth };
+        let small = w(PollMode::Adaptive, 1);
+        let spare = w(PollMode::Adaptive, u16::MAX);
+        for m in [
+            small,
+            spare,
+            w(PollMode::Busy, 1),
+            w(PollMode::Interrupt, 1),
+        ] {
+            assert!(
+                !m.spins(0, 0),
+                "{m:?}: nothing in flight, nothing to spin for"
+            );
+        }
+        assert!(small.spins(1, 0) && small.spins(1, Waiting::ADAPTIVE_SPINS - 1));
+        assert!(
+            !small.spins(1, Waiting::ADAPTIVE_SPINS),
+            "spins are bounded"
+        );
+        assert!(
+            !small.spins(2, 0),
+            "no core to spare: two commands out sleep"
+        );
+        assert!(spare.spins(64, 0) && !spare.spins(64, Waiting::ADAPTIVE_SPINS));
+        assert!(w(PollMode::Busy, 1).spins(64, u32::MAX));
+        assert!(!w(PollMode::Interrupt, u16::MAX).spins(1, 0));
     }
 }

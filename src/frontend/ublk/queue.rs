@@ -1,6 +1,6 @@
 //! A ublk queue's thread: its io_uring loop over the queue's [`Path`].
 
-use super::{OnRemoved, PollMode, QueueStatus};
+use super::{OnRemoved, QueueStatus, Waiting};
 use crate::channel::block::{BlockOp, Geometry};
 use crate::channel::{clock_ms, Done};
 use crate::path::{Event, Path, PathError, SessionLink, DOWN_TICK};
@@ -15,8 +15,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Empty polls before an adaptive queue sleeps.
-const ADAPTIVE_SPINS: u32 = 2000;
 const OP_POLL_CQ: u32 = 1;
 const OP_POLL_CM: u32 = 2;
 const OP_CANCEL: u32 = 3;
@@ -83,7 +81,7 @@ pub(super) fn run_queue(
     dev: &UblkDev,
     ch: SrpChannel,
     geo: Geometry,
-    mode: PollMode,
+    waiting: Waiting,
     relogin: Relogin,
     rport: Rport,
     on_removed: Option<OnRemoved>,
@@ -129,7 +127,7 @@ pub(super) fn run_queue(
         tick_poll: false,
         tick_ts: Duration::ZERO.into(),
     };
-    qu.serve(&mut path, &mut pending, mode);
+    qu.serve(&mut path, &mut pending, waiting);
     path.close(&mut |d, b| commit(&q, b, &mut pending, d));
     status.publish(&path, &pending.io);
     Ok(())
@@ -137,7 +135,7 @@ pub(super) fn run_queue(
 
 impl Queue<'_> {
     /// The queue's loop, until the device stops.
-    fn serve(&mut self, path: &mut Path<Relogin>, pending: &mut Pending, mode: PollMode) {
+    fn serve(&mut self, path: &mut Path<Relogin>, pending: &mut Pending, waiting: Waiting) {
         let (mut spins, mut loops) = (0u32, 0u32);
         self.status.publish(path, &pending.io);
         loop {
@@ -152,12 +150,7 @@ impl Queue<'_> {
                 self.cm_poll = submit_poll(self.q, fd, OP_POLL_CM, path.gen());
             }
             let busy = path.busy() > 0;
-            let spin = up
-                && match mode {
-                    PollMode::Busy => busy,
-                    PollMode::Adaptive => busy && spins < ADAPTIVE_SPINS,
-                    PollMode::Interrupt => false,
-                };
+            let spin = up && waiting.spins(path.busy(), spins);
             // while down, the loop ticks (DOWN_TICK) instead of sleeping on the ring
             let mut to_wait = if spin || !up { 0 } else { 1 };
             if to_wait == 1 || loops % 1024 == 0 {
