@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Empty polls between two yields of a spinning queue.
+const YIELD_EVERY: u32 = 64;
 const OP_POLL_CQ: u32 = 1;
 const OP_POLL_CM: u32 = 2;
 const OP_CANCEL: u32 = 3;
@@ -179,6 +181,11 @@ impl Queue<'_> {
             } else {
                 spins.saturating_add(1)
             };
+            // a spinning queue lets whatever else is runnable on its CPU go first now and then:
+            // the work that answers its command may be waiting for this CPU
+            if spin && spins % YIELD_EVERY == YIELD_EVERY - 1 {
+                std::thread::yield_now();
+            }
             if !path.is_up() {
                 self.status.publish(path, &pending.io);
             }
