@@ -426,6 +426,8 @@ fn announce(info: &LiveInfo, notify: bool) {
     }
 }
 
+/// The device's signal thread: SIGHUP (`srp-ublk resize`) re-reads the capacity, SIGUSR2 (`srp-ublk
+/// upgrade`) re-executes the daemon, SIGTERM/SIGINT stop the device.
 fn spawn_signal_thread(sigs: nix::sys::signal::SigSet, dev_id: u32, cap: Arc<CapacityStatus>) {
     std::thread::spawn(move || loop {
         match sigs.wait() {

@@ -493,9 +493,9 @@ fn waiting(mode: PollMode, queues: u16) -> Waiting {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if mode == PollMode::Adaptive && cpus < usize::from(queues) + 2 {
         tracing::info!(
-            "adaptive polling: {cpus} CPUs for {queues} queue(s) leave no core to spin on; a queue \
-             spins only while one command is out, and otherwise waits for interrupts \
-             (--poll busy forces spinning, --poll interrupt never spins)"
+            "adaptive polling: {cpus} CPUs for {queues} queue(s) leave no core to spare; a queue \
+             spins only while a single command is out, and otherwise waits for interrupts \
+             (--poll busy always spins, --poll interrupt never does)"
         );
         return Waiting {
             mode,
