@@ -69,7 +69,7 @@ pub struct FakeTarget {
     recv_posted: Vec<bool>,
     bufs: Vec<Vec<u8>>,
     /// Tag buffers registered by [`Transport::register_bufs`]: (first key, how many, the memory).
-    tag_bufs: Vec<(u32, u16, Keep)>,
+    tag_bufs: Vec<(u32, u32, Keep)>,
     next_tag_key: u32,
     cq: VecDeque<Wc>,
     outbox: VecDeque<Vec<u8>>,
@@ -197,7 +197,7 @@ impl FakeTarget {
     fn tag_mem(&self, key: u32) -> Option<&Keep> {
         self.tag_bufs
             .iter()
-            .find(|(first, n, _)| (*first..*first + u32::from(*n)).contains(&key))
+            .find(|(first, n, _)| (*first..*first + *n).contains(&key))
             .map(|(_, _, k)| k)
     }
 
@@ -610,15 +610,16 @@ impl Transport for FakeTarget {
 
     fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError> {
         let first = self.next_tag_key;
-        self.next_tag_key += u32::from(bufs.depth());
-        self.tag_bufs.push((first, bufs.depth(), bufs.keep()));
+        let keep = bufs.keep();
+        let n = keep.regions() as u32;
+        self.next_tag_key += n;
+        self.tag_bufs.push((first, n, keep));
         Ok(bufs
-            .ios()
-            .iter()
+            .region_spans()
             .zip(first..)
-            .map(|(b, key)| DataBuf {
-                addr: b.as_ptr() as u64,
-                len: b.len() as u32,
+            .map(|((addr, len), key)| DataBuf {
+                addr,
+                len,
                 lkey: key,
                 rkey: key,
             })

@@ -474,6 +474,8 @@ pub(super) struct Waiting {
 impl Waiting {
     /// Empty polls before an adaptive queue sleeps.
     const ADAPTIVE_SPINS: u32 = 2000;
+    /// Empty polls between two yields of a spinning queue.
+    const YIELD_EVERY: u32 = 64;
 
     /// Whether a queue with `in_flight` commands out, after `spins` empty polls in a row, polls
     /// its CQ again rather than sleeping.
@@ -484,6 +486,12 @@ impl Waiting {
                 PollMode::Adaptive => spins < Self::ADAPTIVE_SPINS && in_flight <= self.spin_depth,
                 PollMode::Interrupt => false,
             }
+    }
+
+    /// Whether a spinning queue, after `spins` empty polls in a row, lets whatever else is
+    /// runnable on its CPU go first: the work that answers its command may be waiting for it.
+    pub fn yields(spins: u32) -> bool {
+        spins % Self::YIELD_EVERY == Self::YIELD_EVERY - 1
     }
 }
 
@@ -622,6 +630,8 @@ mod tests {
         );
         assert!(spare.spins(64, 0) && !spare.spins(64, Waiting::ADAPTIVE_SPINS));
         assert!(w(PollMode::Busy, 1).spins(64, u32::MAX));
+        let yields: Vec<u32> = (0..200).filter(|&n| Waiting::yields(n)).collect();
+        assert_eq!(yields, [63, 127, 191], "one yield in every 64 empty polls");
         assert!(!w(PollMode::Interrupt, u16::MAX).spins(1, 0));
     }
 }

@@ -14,6 +14,7 @@
 //! it never sees the transport.
 
 mod session;
+mod staging;
 #[cfg(test)]
 mod tests;
 
@@ -24,6 +25,7 @@ use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport, Tr
 use crate::rdma::{Endpoint, TagBufs};
 use crate::session::rport::{LinkState, Rport};
 use crate::session::{Relogin, SessionError, RELOGIN_STEP};
+use staging::{Plan, Staging, Waiter};
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -96,8 +98,11 @@ pub struct Path<C: Connect> {
     /// Dropped before `bufs` (field order); each login also keeps the memory it registered.
     ch: Channel<C::T>,
     bufs: TagBufs,
-    /// This login's descriptor of each tag buffer.
+    /// This login's descriptor of each registered region: tag `t`'s head at `t`, staging buffer
+    /// `s` at `depth + s`.
     data: Vec<DataBuf>,
+    /// Which tag holds which staging buffer, and the commands waiting for one.
+    stage: Staging,
     rport: Rport,
     connect: C,
     /// How the log names this path ("queue 0", "NBD connection").
@@ -131,6 +136,7 @@ impl<C: Connect> Path<C> {
         };
         let mut p = Path {
             ch,
+            stage: Staging::new(&bufs),
             bufs,
             data,
             rport,
@@ -179,9 +185,9 @@ impl<C: Connect> Path<C> {
         self.rport.is_up()
     }
 
-    /// Commands not yet finished.
+    /// Commands not yet finished (those waiting for a staging buffer too).
     pub fn busy(&self) -> u16 {
-        self.ch.busy()
+        self.ch.busy() + self.stage.waiting()
     }
 
     /// Reconnects that succeeded.
@@ -227,9 +233,77 @@ impl<C: Connect> Path<C> {
         len: u32,
         geo: &Geometry,
     ) -> Result<(), i32> {
-        let b = *self.data.get(usize::from(tag)).ok_or(libc::EINVAL)?;
-        let cmd = to_scsi(op, off, len, geo, b, self.bufs.slot(tag))?;
-        self.ch.submit(tag, cmd).map_err(|_| libc::EIO)
+        if tag >= self.bufs.depth() {
+            return Err(libc::EINVAL);
+        }
+        match self.stage.plan(tag, op, len) {
+            Plan::Wait => {
+                let geo = *geo;
+                self.stage.wait(Waiter {
+                    tag,
+                    op,
+                    off,
+                    len,
+                    geo,
+                });
+                Ok(())
+            }
+            plan => self.start(tag, op, off, len, geo, plan),
+        }
+    }
+
+    /// Sends a command from the tag's head or through the staging buffer `plan` gave it (a
+    /// write's data copied there first); one that cannot be sent gives the staging buffer back.
+    fn start(
+        &mut self,
+        tag: u16,
+        op: BlockOp,
+        off: u64,
+        len: u32,
+        geo: &Geometry,
+        plan: Plan,
+    ) -> Result<(), i32> {
+        let region = match plan {
+            Plan::Stage(s) => {
+                if let BlockOp::Write { .. } = op {
+                    let (slot, stage) = self.bufs.slot_and_stage(tag, s, len as usize);
+                    stage.copy_from_slice(slot);
+                }
+                usize::from(self.bufs.depth()) + usize::from(s)
+            }
+            _ => usize::from(tag),
+        };
+        let sent = match self.data.get(region) {
+            Some(&b) => to_scsi(op, off, len, geo, b, self.bufs.slot(tag))
+                .and_then(|cmd| self.ch.submit(tag, cmd).map_err(|_| libc::EIO)),
+            None => Err(libc::EINVAL),
+        };
+        if sent.is_err() {
+            self.stage.cancel(tag);
+        }
+        sent
+    }
+
+    /// Sends the commands that waited for a staging buffer, as far as buffers are free (posted
+    /// now: the front end may sleep next); one that cannot be sent completes with its errno.
+    fn start_waiting(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
+        let mut started = false;
+        while let Some((w, s)) = self.stage.next_waiter() {
+            match self.start(w.tag, w.op, w.off, w.len, &w.geo, Plan::Stage(s)) {
+                Ok(()) => started = true,
+                Err(errno) => done(Done::failed(w.tag, errno), &self.bufs),
+            }
+        }
+        if started {
+            self.ch.flush();
+        }
+    }
+
+    /// Fails every command waiting for a staging buffer with `errno`.
+    fn fail_waiting(&mut self, errno: i32, done: &mut dyn FnMut(Done, &TagBufs)) {
+        for w in self.stage.take_waiting() {
+            done(Done::failed(w.tag, errno), &self.bufs);
+        }
     }
 
     /// Asks for a notification at the next completion; returns the fd that becomes readable.
@@ -309,15 +383,22 @@ impl<C: Connect> Path<C> {
 
     /// Polls the channel until nothing more completes.
     fn complete(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) -> usize {
-        let (ch, bufs) = (&mut self.ch, &self.bufs);
+        let (ch, bufs, stage) = (&mut self.ch, &mut self.bufs, &mut self.stage);
         let mut total = 0;
         loop {
-            let n = ch.process(&mut |d| done(d, bufs));
+            let n = ch.process(&mut |d| {
+                stage.finish(&d, bufs);
+                done(d, bufs)
+            });
             if n == 0 {
-                return total;
+                break;
             }
             total += n;
         }
+        if total > 0 {
+            self.start_waiting(done);
+        }
+        total
     }
 
     /// The first step after the channel went down: stop it (nothing it does may reach the
@@ -388,8 +469,12 @@ impl<C: Connect> Path<C> {
                 return;
             }
         };
+        let (stage, depth) = (&self.stage, usize::from(self.bufs.depth()));
         let old = self.ch.reconnect(f.t, f.req_lim, f.max_imm, &mut |tag, b| {
-            let n = data[usize::from(tag)];
+            let region = stage
+                .stage_of(tag)
+                .map_or(usize::from(tag), |s| depth + usize::from(s));
+            let n = data[region];
             DataBuf {
                 lkey: n.lkey,
                 rkey: n.rkey,
@@ -401,9 +486,12 @@ impl<C: Connect> Path<C> {
         self.data = data;
         self.ch.set_hold(false);
         let held = usize::from(self.ch.busy());
-        let (ch, bufs) = (&mut self.ch, &self.bufs);
         let now_ms = self.base_ms + now.saturating_duration_since(self.base).as_millis() as u64;
-        let failed = ch.resume(now_ms, t.reissue_limit(), &mut |d| done(d, bufs));
+        let (ch, bufs, stage) = (&mut self.ch, &mut self.bufs, &mut self.stage);
+        let failed = ch.resume(now_ms, t.reissue_limit(), &mut |d| {
+            stage.finish(&d, bufs);
+            done(d, bufs)
+        });
         let down = self.rport.reconnected(now);
         self.reconnects += 1;
         tracing::warn!(
@@ -411,19 +499,27 @@ impl<C: Connect> Path<C> {
             self.name,
             held - failed
         );
+        self.start_waiting(done);
     }
 
-    /// Stops holding and fails every unfinished command with EIO.
+    /// Stops holding and fails every unfinished command with EIO, those waiting for a staging
+    /// buffer too (taken out first, so that no buffer the failures give back starts one).
     fn fail_held(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
-        let (ch, bufs) = (&mut self.ch, &self.bufs);
+        self.fail_waiting(libc::EIO, done);
+        let (ch, bufs, stage) = (&mut self.ch, &mut self.bufs, &mut self.stage);
         ch.set_hold(false);
-        ch.fail_all(libc::EIO, &mut |d| done(d, bufs));
+        ch.fail_all(libc::EIO, &mut |d| {
+            stage.finish(&d, bufs);
+            done(d, bufs)
+        });
     }
 
     /// Ends the path: a channel that is up logs out (what it had in flight finishes first, as far
     /// as `done` is concerned); one that is down fails what it holds.
     pub fn close(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
         if self.rport.is_up() && self.ch.down().is_none() {
+            // nothing new goes out after the logout
+            self.fail_waiting(libc::EIO, done);
             self.ch.send_i_logout();
             self.complete(done);
         } else {
@@ -459,11 +555,10 @@ pub const DOWN_TICK: Duration = Duration::from_millis(50);
 /// The buffers' descriptors before a login registered them (keys 0): a channel that starts down
 /// holds commands on these, and its first login re-keys them.
 fn unregistered(bufs: &TagBufs) -> Vec<DataBuf> {
-    bufs.ios()
-        .iter()
-        .map(|b| DataBuf {
-            addr: b.as_ptr() as u64,
-            len: b.len() as u32,
+    bufs.region_spans()
+        .map(|(addr, len)| DataBuf {
+            addr,
+            len,
             lkey: 0,
             rkey: 0,
         })

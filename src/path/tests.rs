@@ -304,3 +304,117 @@ fn device_removal_releases_the_login_at_once_and_says_so() {
     let (_, ev) = service(&mut p, t0 + Duration::from_millis(100));
     assert_eq!(ev, None);
 }
+
+/// A path whose tags register their first 8 KiB, with `stages` staging buffers.
+fn staged_path(c: &FakeConnect, stages: u16) -> Path<&FakeConnect> {
+    let bufs = TagBufs::with_head(DEPTH, BUF, 8192, stages);
+    Path::new(channel(), c, bufs, Rport::new(TIMERS), "queue 0".into()).expect("registers")
+}
+
+const BIG: u32 = 32 * 1024;
+
+/// A 32 KiB pattern that differs at every 4 KiB.
+fn pattern(seed: u8) -> Vec<u8> {
+    (0..BIG)
+        .map(|i| seed.wrapping_add((i >> 12) as u8) ^ (i as u8))
+        .collect()
+}
+
+/// Everything that finished: (tag, errno, the first 32 KiB of its buffer).
+fn service_big(p: &mut Path<&FakeConnect>, now: Instant) -> Finished {
+    let mut out = Vec::new();
+    p.service(now, &mut |d, b| {
+        let data = b.ios()[usize::from(d.tag)][..BIG as usize].to_vec();
+        out.push((d.tag, d.outcome.errno, data));
+    });
+    out
+}
+
+fn submit_big(p: &mut Path<&FakeConnect>, tag: u16, op: BlockOp, lba: u64) {
+    p.submit(tag, op, lba * 512, BIG, &GEO).expect("submitted");
+}
+
+#[test]
+fn commands_larger_than_the_head_are_staged_and_wait_in_order_for_a_staging_buffer() {
+    let c = FakeConnect::default();
+    let mut p = staged_path(&c, 2);
+    let t0 = Instant::now();
+    let w = BlockOp::Write { fua: false };
+    // three 32 KiB writes for two staging buffers, and a 4 KiB one from its tag's head
+    for tag in 0..3u16 {
+        p.buf(tag)[..BIG as usize].copy_from_slice(&pattern(tag as u8));
+        submit_big(&mut p, tag, w, u64::from(tag) * 64);
+    }
+    p.buf(3)[..4096].fill(0x77);
+    p.submit(3, w, 300 * 512, 4096, &GEO).expect("submitted");
+    assert_eq!(p.busy(), 4, "the waiting write counts as busy");
+    let mut done = service_big(&mut p, t0);
+    // the waiting write went out as a staging buffer came back; its response is the next pass's
+    done.extend(service_big(&mut p, t0));
+    let order: Vec<(u16, i32)> = done.iter().map(|d| (d.0, d.1)).collect();
+    // the small write is not held behind the large one waiting
+    assert_eq!(order, [(0, 0), (1, 0), (3, 0), (2, 0)]);
+    assert_eq!(p.busy(), 0);
+    // read every byte back through the staging buffers onto other tags
+    for (tag, lba) in [(4u16, 0u64), (5, 64), (6, 128)] {
+        p.buf(tag).fill(0);
+        submit_big(&mut p, tag, BlockOp::Read, lba);
+    }
+    let mut done = service_big(&mut p, t0);
+    done.extend(service_big(&mut p, t0));
+    assert_eq!(done.len(), 3);
+    for (tag, errno, data) in done {
+        assert_eq!(errno, 0);
+        assert!(data == pattern(tag as u8 - 4), "tag {tag}'s data");
+    }
+}
+
+#[test]
+fn a_held_staged_read_is_reissued_through_its_staging_buffer_on_the_new_login() {
+    let c = FakeConnect::default();
+    let mut p = staged_path(&c, 1);
+    let t0 = Instant::now();
+    p.buf(0)[..BIG as usize].copy_from_slice(&pattern(9));
+    submit_big(&mut p, 0, BlockOp::Write { fua: false }, 0);
+    assert_eq!(service_big(&mut p, t0)[0].1, 0);
+    p.ch.transport().faults.hold_rsps = true;
+    p.buf(1).fill(0);
+    submit_big(&mut p, 1, BlockOp::Read, 0);
+    assert!(service_big(&mut p, t0).is_empty());
+    break_channel(&mut p);
+    assert!(service_big(&mut p, t0).is_empty(), "held");
+    let done = service_big(&mut p, t0 + Duration::from_secs(1));
+    assert!(p.is_up());
+    assert_eq!((done.len(), done[0].0, done[0].1), (1, 1, 0));
+    assert!(done[0].2 == pattern(9), "the re-issued read's data");
+}
+
+#[test]
+fn fast_io_fail_fails_the_commands_waiting_for_a_staging_buffer_too() {
+    let c = FakeConnect::refusing();
+    let mut p = staged_path(&c, 1);
+    let t0 = Instant::now();
+    p.ch.transport().faults.hold_rsps = true;
+    submit_big(&mut p, 0, BlockOp::Read, 0);
+    submit_big(&mut p, 1, BlockOp::Read, 64);
+    assert_eq!(p.busy(), 2);
+    break_channel(&mut p);
+    assert!(service_big(&mut p, t0).is_empty());
+    let done = service_big(&mut p, t0 + Duration::from_secs(5));
+    let mut got: Vec<(u16, i32)> = done.iter().map(|d| (d.0, d.1)).collect();
+    got.sort();
+    assert_eq!(got, [(0, libc::EIO), (1, libc::EIO)]);
+    assert_eq!(p.busy(), 0);
+}
+
+#[test]
+fn a_command_larger_than_every_buffer_is_refused_not_left_waiting() {
+    let c = FakeConnect::default();
+    for mut p in [path(&c), staged_path(&c, 1)] {
+        let r = p.submit(0, BlockOp::Read, 0, BUF * 2, &GEO);
+        assert_eq!((r, p.busy()), (Err(libc::EINVAL), 0));
+        // the staging buffer it took was given back
+        submit_big(&mut p, 1, BlockOp::Read, 0);
+        assert_eq!(service_big(&mut p, Instant::now())[0].1, 0);
+    }
+}

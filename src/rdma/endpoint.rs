@@ -574,14 +574,13 @@ impl Endpoint {
         Ok(mr)
     }
 
-    /// Registers every tag buffer for the target's RDMA (local write, remote read and write) on
-    /// this login; one descriptor per buffer. The endpoint keeps the memory alive until it is
-    /// closed, so the registration never outlives it.
+    /// Registers the tag buffers' regions (each tag's head, then the staging buffers) for the
+    /// target's RDMA on this login; one descriptor per region. The endpoint keeps the memory
+    /// alive until it is closed, so the registration never outlives it.
     fn register_tag_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, RdmaError> {
         self.kept.push(bufs.keep());
-        (0..bufs.depth())
-            .map(|tag| {
-                let (ptr, len) = bufs.span(tag);
+        bufs.regions()
+            .map(|(ptr, len)| {
                 let mr = self.reg(ptr, len, data_access(self.scope))?;
                 self.data_mrs.push(mr);
                 // SAFETY: mr is a valid MR returned by ibv_reg_mr.

@@ -26,10 +26,11 @@ pub const EXTRA_SLOTS: u16 = 4;
 pub const MAX_IMM_DATA: u32 = 8192;
 /// Largest I/O srp-ublk issues.
 pub const MAX_IO_BYTES: u32 = 512 * 1024;
-/// What a ublk queue's tag buffers (each the size of the largest I/O, registered and so pinned for
-/// the login) may take when the target string sets no `max_sect`: its default largest I/O is this
-/// over the queue depth, within [`MIN_DEFAULT_IO_BYTES`] and [`MAX_IO_BYTES`] ([`default_max_io`]).
-pub const PIN_BUDGET_PER_QUEUE: u32 = 8 << 20;
+/// What a ublk queue's tag buffers (each the size of the largest I/O; what the login registers, and
+/// so pins, of them is [`crate::rdma::TagBufs::budgeted`]) may take when the target string sets no
+/// `max_sect`: its default largest I/O is this over the queue depth, within
+/// [`MIN_DEFAULT_IO_BYTES`] and [`MAX_IO_BYTES`] ([`default_max_io`]).
+pub const BUF_BUDGET_PER_QUEUE: u32 = 8 << 20;
 /// The default largest I/O never goes below this, whatever the depth.
 pub const MIN_DEFAULT_IO_BYTES: u32 = 64 * 1024;
 const SEND_SLOT_BYTES: u32 = 512;
@@ -306,19 +307,9 @@ impl Relogin {
         let p = &self.params;
         let cfg = channel_config(&fresh.ep, 1, self.lun, p.req_it_iu_len);
         let mut ch = Channel::new(fresh.ep, cfg);
-        let cap = data_in(
-            &mut ch,
-            "READ CAPACITY(16)",
-            self.lun,
-            Cdb::read_capacity16(32),
-            32,
-        )?;
+        let cap = capacity16(&mut ch, self.lun);
         ch.send_i_logout();
-        Capacity::parse(&cap).map_err(|e| SessionError::Command {
-            what: "READ CAPACITY(16)",
-            lun: self.lun,
-            detail: e.to_string(),
-        })
+        cap
     }
 }
 
@@ -537,12 +528,7 @@ fn lun_identity(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunIdentity, Ses
     let wwid = vpd_page(ch, lun, vpd::page::DEVICE_ID, 1024).and_then(|b| lu_name(&b));
     let serial =
         vpd_page(ch, lun, vpd::page::SERIAL, 255).and_then(|b| vpd::serial_number(&b).ok());
-    let cap = data_in(ch, "READ CAPACITY(16)", lun, Cdb::read_capacity16(32), 32)?;
-    let cap = Capacity::parse(&cap).map_err(|e| SessionError::Command {
-        what: "READ CAPACITY(16)",
-        lun,
-        detail: e.to_string(),
-    })?;
+    let cap = capacity16(ch, lun)?;
     Ok(LunIdentity {
         wwid,
         serial,
@@ -646,14 +632,19 @@ impl VpdPages {
     }
 }
 
-/// READ CAPACITY(16), with a block size the block layer takes.
-fn read_capacity(ch: &mut Channel<Endpoint>, lun: u64) -> Result<Capacity, SessionError> {
+/// READ CAPACITY(16), parsed.
+fn capacity16(ch: &mut Channel<Endpoint>, lun: u64) -> Result<Capacity, SessionError> {
     let cap = data_in(ch, "READ CAPACITY(16)", lun, Cdb::read_capacity16(32), 32)?;
-    let capacity = Capacity::parse(&cap).map_err(|e| SessionError::Command {
+    Capacity::parse(&cap).map_err(|e| SessionError::Command {
         what: "READ CAPACITY(16)",
         lun,
         detail: e.to_string(),
-    })?;
+    })
+}
+
+/// READ CAPACITY(16), with a block size the block layer takes.
+fn read_capacity(ch: &mut Channel<Endpoint>, lun: u64) -> Result<Capacity, SessionError> {
+    let capacity = capacity16(ch, lun)?;
     if !capacity.block_len_ok() {
         return Err(SessionError::Unsupported {
             lun,
@@ -688,10 +679,10 @@ fn caching(ch: &mut Channel<Endpoint>, lun: u64) -> (bool, bool, bool) {
     }
 }
 
-/// The largest I/O when the target string sets none: the pin budget over the depth, rounded down
+/// The largest I/O when the target string sets none: the buffer budget over the depth, rounded down
 /// to a power of two, within [`MIN_DEFAULT_IO_BYTES`]..=[`MAX_IO_BYTES`].
 pub fn default_max_io(depth: u16) -> u32 {
-    let per_tag = PIN_BUDGET_PER_QUEUE / u32::from(depth.max(1));
+    let per_tag = BUF_BUDGET_PER_QUEUE / u32::from(depth.max(1));
     let pow2 = if per_tag == 0 {
         0
     } else {
@@ -705,7 +696,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_largest_io_keeps_a_queue_within_its_pin_budget() {
+    fn the_default_largest_io_keeps_a_queue_within_its_buffer_budget() {
         assert_eq!(default_max_io(16), 512 * 1024);
         assert_eq!(default_max_io(64), 128 * 1024);
         assert_eq!(default_max_io(128), 64 * 1024);
@@ -718,7 +709,7 @@ mod tests {
         assert_eq!(default_max_io(0), MAX_IO_BYTES);
         for depth in [1u16, 2, 16, 32, 48, 64, 100, 127, 128] {
             let io = default_max_io(depth);
-            assert!(u64::from(io) * u64::from(depth) <= u64::from(PIN_BUDGET_PER_QUEUE));
+            assert!(u64::from(io) * u64::from(depth) <= u64::from(BUF_BUDGET_PER_QUEUE));
         }
     }
 }

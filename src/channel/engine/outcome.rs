@@ -192,6 +192,16 @@ pub struct Done {
     pub outcome: CmdOutcome,
 }
 
+impl Done {
+    /// Command `tag` ended with `errno` without a response (never sent, or given up).
+    pub fn failed(tag: u16, errno: i32) -> Done {
+        Done {
+            tag,
+            outcome: CmdOutcome::failed(errno),
+        }
+    }
+}
+
 /// Why a submit was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -76,7 +76,7 @@ impl Exec {
                 ..
             } => {
                 let ch = pool.take()?;
-                let bufs = TagBufs::new(depth, ex.max_io);
+                let bufs = TagBufs::budgeted(depth, ex.max_io);
                 let name = "NBD connection".to_string();
                 let path = Path::new(ch, relogin.clone(), bufs, Rport::new(*timers), name)
                     .map_err(|e| {

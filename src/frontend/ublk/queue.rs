@@ -15,8 +15,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Empty polls between two yields of a spinning queue.
-const YIELD_EVERY: u32 = 64;
 const OP_POLL_CQ: u32 = 1;
 const OP_POLL_CM: u32 = 2;
 const OP_CANCEL: u32 = 3;
@@ -94,7 +92,7 @@ pub(super) fn run_queue(
     init_ring(dev).map_err(ublk("setting up the queue's io_uring"))?;
     let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
     let depth = q.get_depth() as u16;
-    let bufs = TagBufs::new(depth, dev.dev_info.max_io_buf_bytes);
+    let bufs = TagBufs::budgeted(depth, dev.dev_info.max_io_buf_bytes);
     // a channel that starts down (a handover) holds I/O before the first command can arrive; it
     // logs in from the loop, once the ring has taken the FETCH commands
     let mut path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
@@ -181,9 +179,7 @@ impl Queue<'_> {
             } else {
                 spins.saturating_add(1)
             };
-            // a spinning queue lets whatever else is runnable on its CPU go first now and then:
-            // the work that answers its command may be waiting for this CPU
-            if spin && spins % YIELD_EVERY == YIELD_EVERY - 1 {
+            if spin && Waiting::yields(spins) {
                 std::thread::yield_now();
             }
             if !path.is_up() {

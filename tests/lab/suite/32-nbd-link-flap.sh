@@ -1,14 +1,15 @@
 # NBD over the SRP LUN through link flaps: the rxe netdev down 8 s, 3 times, under fio's nbd engine
 # writing with crc32c verify. Each connection's channel holds its I/O, reconnects when the link is
 # back (reconnect_delay 2 s) and re-issues what it held, with the write data copied to the new
-# login's buffers; fio sees no error and verifies everything.
+# login's buffers; fio sees no error and verifies everything. Requests up to 256 KiB: those over
+# 128 KiB go through the connection's four staging buffers (and wait for one), held with them.
 . /usr/lib/srp-lab/suite/lib.sh
 trap 'ip link set dummy0 up; kill $SRV 2>/dev/null; killall -9 fio 2>/dev/null; tail -n 30 /tmp/serve.err' EXIT
 SOCK=/run/srp-ublk/flap.sock
 nbd_serve $SOCK flap --queues 2 --reconnect-delay 2 --fast-io-fail-tmo 90
 URI="nbd+unix:///flap?socket=$SOCK"
 rm -f /tmp/fio-nbd.done
-( fio --name=nv --ioengine=nbd --uri="$URI" --rw=randwrite --bsrange=4k-64k --iodepth=16 --size=64m \
+( fio --name=nv --ioengine=nbd --uri="$URI" --rw=randwrite --bsrange=4k-256k --iodepth=16 --size=64m \
     --time_based --runtime=3600 --verify=crc32c --verify_backlog=256 --verify_fatal=1 --do_verify=1 \
     --output=/tmp/fio-nbdflap.txt; echo $? > /tmp/fio-nbd.done ) &
 sleep 5
