@@ -25,7 +25,7 @@ use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport, Tr
 use crate::rdma::{Endpoint, TagBufs};
 use crate::session::rport::{LinkState, Rport};
 use crate::session::{Relogin, SessionError, RELOGIN_STEP};
-use staging::{Plan, Staging, Waiter};
+use staging::{Plan, Request, Staging};
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -236,33 +236,32 @@ impl<C: Connect> Path<C> {
         if tag >= self.bufs.depth() {
             return Err(libc::EINVAL);
         }
+        let r = Request {
+            tag,
+            op,
+            off,
+            len,
+            geo: *geo,
+        };
         match self.stage.plan(tag, op, len) {
             Plan::Wait => {
-                let geo = *geo;
-                self.stage.wait(Waiter {
-                    tag,
-                    op,
-                    off,
-                    len,
-                    geo,
-                });
+                self.stage.wait(r);
                 Ok(())
             }
-            plan => self.start(tag, op, off, len, geo, plan),
+            plan => self.start(r, plan),
         }
     }
 
     /// Sends a command from the tag's head or through the staging buffer `plan` gave it (a
     /// write's data copied there first); one that cannot be sent gives the staging buffer back.
-    fn start(
-        &mut self,
-        tag: u16,
-        op: BlockOp,
-        off: u64,
-        len: u32,
-        geo: &Geometry,
-        plan: Plan,
-    ) -> Result<(), i32> {
+    fn start(&mut self, r: Request, plan: Plan) -> Result<(), i32> {
+        let Request {
+            tag,
+            op,
+            off,
+            len,
+            geo,
+        } = r;
         let region = match plan {
             Plan::Stage(s) => {
                 if let BlockOp::Write { .. } = op {
@@ -274,7 +273,7 @@ impl<C: Connect> Path<C> {
             _ => usize::from(tag),
         };
         let sent = match self.data.get(region) {
-            Some(&b) => to_scsi(op, off, len, geo, b, self.bufs.slot(tag))
+            Some(&b) => to_scsi(op, off, len, &geo, b, self.bufs.slot(tag))
                 .and_then(|cmd| self.ch.submit(tag, cmd).map_err(|_| libc::EIO)),
             None => Err(libc::EINVAL),
         };
@@ -288,10 +287,10 @@ impl<C: Connect> Path<C> {
     /// now: the front end may sleep next); one that cannot be sent completes with its errno.
     fn start_waiting(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
         let mut started = false;
-        while let Some((w, s)) = self.stage.next_waiter() {
-            match self.start(w.tag, w.op, w.off, w.len, &w.geo, Plan::Stage(s)) {
+        while let Some((r, s)) = self.stage.next_waiter() {
+            match self.start(r, Plan::Stage(s)) {
                 Ok(()) => started = true,
-                Err(errno) => done(Done::failed(w.tag, errno), &self.bufs),
+                Err(errno) => done(Done::failed(r.tag, errno), &self.bufs),
             }
         }
         if started {

@@ -8,9 +8,9 @@ use crate::channel::Done;
 use crate::rdma::TagBufs;
 use std::collections::VecDeque;
 
-/// A command waiting for a staging buffer, as the front end submitted it.
+/// A block operation as the front end submitted it (kept as it is while it waits).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Waiter {
+pub(super) struct Request {
     pub tag: u16,
     pub op: BlockOp,
     pub off: u64,
@@ -44,7 +44,7 @@ pub(super) struct Staging {
     stages: u16,
     free: Vec<u16>,
     held: Vec<Option<Held>>,
-    waiting: VecDeque<Waiter>,
+    waiting: VecDeque<Request>,
 }
 
 impl Staging {
@@ -85,12 +85,12 @@ impl Staging {
     }
 
     /// Queues a command for the next staging buffer given back.
-    pub fn wait(&mut self, w: Waiter) {
+    pub fn wait(&mut self, w: Request) {
         self.waiting.push_back(w);
     }
 
     /// The first waiting command with the staging buffer it now holds, once one is free.
-    pub fn next_waiter(&mut self) -> Option<(Waiter, u16)> {
+    pub fn next_waiter(&mut self) -> Option<(Request, u16)> {
         if self.free.is_empty() {
             return None;
         }
@@ -137,7 +137,7 @@ impl Staging {
     }
 
     /// Every waiting command, taken out (to fail them).
-    pub fn take_waiting(&mut self) -> VecDeque<Waiter> {
+    pub fn take_waiting(&mut self) -> VecDeque<Request> {
         std::mem::take(&mut self.waiting)
     }
 
