@@ -63,7 +63,7 @@ impl TagBufs {
         if size <= HEAD {
             return TagBufs::new(depth, size);
         }
-        let stages = (STAGE_BUDGET / size).clamp(1, u32::from(depth));
+        let stages = (STAGE_BUDGET / size).max(1).min(u32::from(depth));
         TagBufs::with_head(depth, size, HEAD, stages as u16)
     }
 
@@ -212,6 +212,7 @@ mod tests {
         // 256 KiB: eight; never more staging buffers than tags
         assert_eq!(TagBufs::budgeted(64, 256 << 10).stages(), 8);
         assert_eq!(TagBufs::budgeted(2, 256 << 10).stages(), 2);
+        assert_eq!(TagBufs::budgeted(0, 512 << 10).stages(), 0);
     }
 
     #[test]
