@@ -262,17 +262,11 @@ impl<C: Connect> Path<C> {
             len,
             geo,
         } = r;
-        let region = match plan {
-            Plan::Stage(s) => {
-                if let BlockOp::Write { .. } = op {
-                    let (slot, stage) = self.bufs.slot_and_stage(tag, s, len as usize);
-                    stage.copy_from_slice(slot);
-                }
-                usize::from(self.bufs.depth()) + usize::from(s)
-            }
-            _ => usize::from(tag),
-        };
-        let sent = match self.data.get(region) {
+        if let (Plan::Stage(s), BlockOp::Write { .. }) = (plan, op) {
+            let (slot, stage) = self.bufs.slot_and_stage(tag, s, len as usize);
+            stage.copy_from_slice(slot);
+        }
+        let sent = match self.data.get(self.stage.region(tag)) {
             Some(&b) => to_scsi(op, off, len, &geo, b, self.bufs.slot(tag))
                 .and_then(|cmd| self.ch.submit(tag, cmd).map_err(|_| libc::EIO)),
             None => Err(libc::EINVAL),
@@ -382,18 +376,16 @@ impl<C: Connect> Path<C> {
 
     /// Polls the channel until nothing more completes.
     fn complete(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) -> usize {
-        let (ch, bufs, stage) = (&mut self.ch, &mut self.bufs, &mut self.stage);
         let mut total = 0;
+        let mut finish = finishing(&mut self.stage, &mut self.bufs, &mut *done);
         loop {
-            let n = ch.process(&mut |d| {
-                stage.finish(&d, bufs);
-                done(d, bufs)
-            });
+            let n = self.ch.process(&mut finish);
             if n == 0 {
                 break;
             }
             total += n;
         }
+        drop(finish);
         if total > 0 {
             self.start_waiting(done);
         }
@@ -468,12 +460,9 @@ impl<C: Connect> Path<C> {
                 return;
             }
         };
-        let (stage, depth) = (&self.stage, usize::from(self.bufs.depth()));
+        let stage = &self.stage;
         let old = self.ch.reconnect(f.t, f.req_lim, f.max_imm, &mut |tag, b| {
-            let region = stage
-                .stage_of(tag)
-                .map_or(usize::from(tag), |s| depth + usize::from(s));
-            let n = data[region];
+            let n = data[stage.region(tag)];
             DataBuf {
                 lkey: n.lkey,
                 rkey: n.rkey,
@@ -486,11 +475,9 @@ impl<C: Connect> Path<C> {
         self.ch.set_hold(false);
         let held = usize::from(self.ch.busy());
         let now_ms = self.base_ms + now.saturating_duration_since(self.base).as_millis() as u64;
-        let (ch, bufs, stage) = (&mut self.ch, &mut self.bufs, &mut self.stage);
-        let failed = ch.resume(now_ms, t.reissue_limit(), &mut |d| {
-            stage.finish(&d, bufs);
-            done(d, bufs)
-        });
+        let mut finish = finishing(&mut self.stage, &mut self.bufs, &mut *done);
+        let failed = self.ch.resume(now_ms, t.reissue_limit(), &mut finish);
+        drop(finish);
         let down = self.rport.reconnected(now);
         self.reconnects += 1;
         tracing::warn!(
@@ -505,12 +492,9 @@ impl<C: Connect> Path<C> {
     /// buffer too (taken out first, so that no buffer the failures give back starts one).
     fn fail_held(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
         self.fail_waiting(libc::EIO, done);
-        let (ch, bufs, stage) = (&mut self.ch, &mut self.bufs, &mut self.stage);
-        ch.set_hold(false);
-        ch.fail_all(libc::EIO, &mut |d| {
-            stage.finish(&d, bufs);
-            done(d, bufs)
-        });
+        self.ch.set_hold(false);
+        let mut finish = finishing(&mut self.stage, &mut self.bufs, done);
+        self.ch.fail_all(libc::EIO, &mut finish);
     }
 
     /// Ends the path: a channel that is up logs out (what it had in flight finishes first, as far
@@ -550,6 +534,19 @@ pub enum Returned<T: Transport> {
 
 /// How long a path whose channel is down waits between looks at its timers.
 pub const DOWN_TICK: Duration = Duration::from_millis(50);
+
+/// `done` for what the channel finishes: each command gives its staging buffer back (a read's
+/// data copied out of it first) before the front end sees it.
+fn finishing<'a>(
+    stage: &'a mut Staging,
+    bufs: &'a mut TagBufs,
+    done: &'a mut dyn FnMut(Done, &TagBufs),
+) -> impl FnMut(Done) + 'a {
+    move |d| {
+        stage.finish(&d, bufs);
+        done(d, bufs)
+    }
+}
 
 /// The buffers' descriptors before a login registered them (keys 0): a channel that starts down
 /// holds commands on these, and its first login re-keys them.

@@ -75,13 +75,14 @@ impl Staging {
         if !self.waiting.is_empty() {
             return Plan::Wait;
         }
-        match self.free.pop() {
-            Some(stage) => {
-                self.held[usize::from(tag)] = Some(Held { stage, len, read });
-                Plan::Stage(stage)
-            }
-            None => Plan::Wait,
-        }
+        self.take(tag, read, len).map_or(Plan::Wait, Plan::Stage)
+    }
+
+    /// A free staging buffer for tag `tag`'s command, if there is one.
+    fn take(&mut self, tag: u16, read: bool, len: u32) -> Option<u16> {
+        let stage = self.free.pop()?;
+        self.held[usize::from(tag)] = Some(Held { stage, len, read });
+        Some(stage)
     }
 
     /// Queues a command for the next staging buffer given back.
@@ -95,23 +96,18 @@ impl Staging {
             return None;
         }
         let w = self.waiting.pop_front()?;
-        let stage = self.free.pop()?;
-        let read = w.op == BlockOp::Read;
-        self.held[usize::from(w.tag)] = Some(Held {
-            stage,
-            len: w.len,
-            read,
-        });
+        let stage = self.take(w.tag, w.op == BlockOp::Read, w.len)?;
         Some((w, stage))
     }
 
-    /// The staging buffer tag `tag`'s command holds.
-    pub fn stage_of(&self, tag: u16) -> Option<u16> {
-        self.held
-            .get(usize::from(tag))
-            .copied()
-            .flatten()
-            .map(|h| h.stage)
+    /// The registered region tag `tag`'s command takes its data from: its staging buffer's
+    /// (`depth + s`) while it holds one, its own head's (`tag`) otherwise.
+    pub fn region(&self, tag: u16) -> usize {
+        let depth = self.held.len();
+        match self.held.get(usize::from(tag)).copied().flatten() {
+            Some(h) => depth + usize::from(h.stage),
+            None => usize::from(tag),
+        }
     }
 
     /// A completed command gives its staging buffer back; a read that succeeded has its data
