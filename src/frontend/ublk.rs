@@ -342,7 +342,7 @@ pub fn serve(
     let channels: Vec<Option<SrpChannel>> = channels.into_iter().map(Some).collect();
     let ctrl = match (opts.recover, &new) {
         (false, Some((max_io, _))) => {
-            build_ctrl("srp-ublk", opts.dev_id, nr_queues, depth, *max_io)?
+            build_ctrl("srp-ublk", opts.dev_id, nr_queues, depth, *max_io, POOL)?
         }
         // a handover is always a recovery (refused above otherwise)
         _ => recover_ctrl(opts.dev_id, nr_queues, depth)?,
@@ -516,12 +516,18 @@ fn waiting(mode: PollMode, queues: u16) -> Waiting {
     }
 }
 
+/// The device flag an SRP device's queues take their data buffers from: with NEED_GET_DATA each
+/// write names its buffer after it arrives (and each read at its commit), so a queue pins a pool
+/// sized by a budget instead of one buffer of the largest I/O per tag ([`crate::rdma::TagBufs`]).
+const POOL: u64 = sys::UBLK_F_NEED_GET_DATA as u64;
+
 fn build_ctrl(
     name: &str,
     id: i32,
     queues: u16,
     depth: u16,
     max_io: u32,
+    flags: u64,
 ) -> Result<UblkCtrl, UblkFrontError> {
     UblkCtrlBuilder::default()
         .name(name)
@@ -532,9 +538,9 @@ fn build_ctrl(
         .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
         // if the daemon dies the device waits, quiesced, for `srp-ublk recover`; what was in flight
         // is issued again to the new daemon, so applications see no error
-        .ctrl_flags(u64::from(
-            sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE,
-        ))
+        .ctrl_flags(
+            u64::from(sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE) | flags,
+        )
         .build()
         .map_err(|source| UblkFrontError::Ublk {
             what: "creating the ublk device (is ublk_drv loaded?)",

@@ -25,7 +25,7 @@ use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport, Tr
 use crate::rdma::{Endpoint, TagBufs};
 use crate::session::rport::{LinkState, Rport};
 use crate::session::{Relogin, SessionError, RELOGIN_STEP};
-use staging::{Plan, Request, Staging};
+use staging::{Plan, Request, Staging, Waiter};
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -98,10 +98,10 @@ pub struct Path<C: Connect> {
     /// Dropped before `bufs` (field order); each login also keeps the memory it registered.
     ch: Channel<C::T>,
     bufs: TagBufs,
-    /// This login's descriptor of each registered region: tag `t`'s head at `t`, staging buffer
-    /// `s` at `depth + s`.
+    /// This login's descriptor of each registered region: tag `t`'s head at `t`, then the area
+    /// ([`TagBufs::area_region`]).
     data: Vec<DataBuf>,
-    /// Which tag holds which staging buffer, and the commands waiting for one.
+    /// Which tag holds which span of the area, and the commands waiting for room.
     stage: Staging,
     rport: Rport,
     connect: C,
@@ -185,7 +185,7 @@ impl<C: Connect> Path<C> {
         self.rport.is_up()
     }
 
-    /// Commands not yet finished (those waiting for a staging buffer too).
+    /// Commands not yet finished (those waiting for room in the area too).
     pub fn busy(&self) -> u16 {
         self.ch.busy() + self.stage.waiting()
     }
@@ -222,9 +222,9 @@ impl<C: Connect> Path<C> {
         self.ch.next_tick_in().map(Duration::from_millis)
     }
 
-    /// Queues block operation `op` on tag `tag` (its buffer holds a write's data; it is posted with
-    /// the others of this pass by the next [`Path::service`]); an error is the errno to complete
-    /// it with.
+    /// Queues block operation `op` on tag `tag` (its buffer, or with a pool the span reserved for
+    /// it, holds a write's data; it is posted with the others of this pass by the next
+    /// [`Path::service`]); an error is the errno to complete it with.
     pub fn submit(
         &mut self,
         tag: u16,
@@ -248,13 +248,50 @@ impl<C: Connect> Path<C> {
                 self.stage.wait(r);
                 Ok(())
             }
-            plan => self.start(r, plan),
+            Plan::Stage | Plan::Direct => self.start(r),
         }
     }
 
-    /// Sends a command from the tag's head or through the staging buffer `plan` gave it (a
-    /// write's data copied there first); one that cannot be sent gives the staging buffer back.
-    fn start(&mut self, r: Request, plan: Plan) -> Result<(), i32> {
+    /// Reserves the span a pool write's data is to be copied into: its address, or None when the
+    /// write waits for room (it comes back from [`Path::granted`]). EINVAL when these are not a
+    /// pool or the write is larger than it.
+    pub fn reserve(&mut self, tag: u16, len: u32) -> Result<Option<u64>, i32> {
+        let room = u64::from(self.bufs.units()) * u64::from(self.bufs.unit());
+        if !self.bufs.is_pool() || tag >= self.bufs.depth() || u64::from(len) > room {
+            return Err(libc::EINVAL);
+        }
+        if !self.stage.reserve(tag, len) {
+            return Ok(None);
+        }
+        Ok(self.span_addr(tag))
+    }
+
+    /// The reservations that got their span since the last call, with its address.
+    pub fn granted(&mut self) -> Vec<(u16, u64)> {
+        let tags = self.stage.take_granted();
+        tags.into_iter()
+            .filter_map(|t| Some((t, self.span_addr(t)?)))
+            .collect()
+    }
+
+    /// The address of the span tag `tag` holds (noted for its commit).
+    fn span_addr(&mut self, tag: u16) -> Option<u64> {
+        let (at, _) = self.stage.span(tag)?;
+        self.bufs.set_span(tag, at);
+        Some(self.bufs.area_addr(at))
+    }
+
+    /// The commits of the pool reads finished so far went to the kernel (it copied their data
+    /// out): their spans go back, and what waited for room starts.
+    pub fn committed(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
+        if self.stage.committed() {
+            self.start_waiting(done);
+        }
+    }
+
+    /// Sends a command from the tag's head or from the span it holds (a staged write's data
+    /// copied there first); one that cannot be sent gives its span back.
+    fn start(&mut self, r: Request) -> Result<(), i32> {
         let Request {
             tag,
             op,
@@ -262,14 +299,37 @@ impl<C: Connect> Path<C> {
             len,
             geo,
         } = r;
-        if let (Plan::Stage(s), BlockOp::Write { .. }) = (plan, op) {
-            let (slot, stage) = self.bufs.slot_and_stage(tag, s, len as usize);
-            stage.copy_from_slice(slot);
-        }
-        let sent = match self.data.get(self.stage.region(tag)) {
-            Some(&b) => to_scsi(op, off, len, &geo, b, self.bufs.slot(tag))
-                .and_then(|cmd| self.ch.submit(tag, cmd).map_err(|_| libc::EIO)),
-            None => Err(libc::EINVAL),
+        let sent = match self.stage.span(tag) {
+            Some((at, n)) => {
+                if self.bufs.is_pool() {
+                    self.bufs.set_span(tag, at);
+                } else if let BlockOp::Write { .. } = op {
+                    let (slot, area) = self.bufs.slot_and_area(tag, at, len as usize);
+                    area.copy_from_slice(slot);
+                }
+                let b = self.data.get(self.bufs.area_region()).map(|a| DataBuf {
+                    addr: a.addr + at as u64,
+                    len: n as u32,
+                    ..*a
+                });
+                send(
+                    &mut self.ch,
+                    tag,
+                    (op, off, len, &geo),
+                    b,
+                    self.bufs.area(at, n),
+                )
+            }
+            None => {
+                let b = self.data.get(usize::from(tag)).copied();
+                send(
+                    &mut self.ch,
+                    tag,
+                    (op, off, len, &geo),
+                    b,
+                    self.bufs.slot(tag),
+                )
+            }
         };
         if sent.is_err() {
             self.stage.cancel(tag);
@@ -277,14 +337,17 @@ impl<C: Connect> Path<C> {
         sent
     }
 
-    /// Sends the commands that waited for a staging buffer, as far as buffers are free (posted
-    /// now: the front end may sleep next); one that cannot be sent completes with its errno.
+    /// Sends the commands that waited for room in the area, as far as there is room (posted now:
+    /// the front end may sleep next); one that cannot be sent completes with its errno. A
+    /// reservation that gets its span goes to [`Path::granted`].
     fn start_waiting(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
         let mut started = false;
-        while let Some((r, s)) = self.stage.next_waiter() {
-            match self.start(r, Plan::Stage(s)) {
-                Ok(()) => started = true,
-                Err(errno) => done(Done::failed(r.tag, errno), &self.bufs),
+        while let Some(w) = self.stage.next_waiter() {
+            if let Waiter::Start(r) = w {
+                match self.start(r) {
+                    Ok(()) => started = true,
+                    Err(errno) => done(Done::failed(r.tag, errno), &self.bufs),
+                }
             }
         }
         if started {
@@ -292,7 +355,8 @@ impl<C: Connect> Path<C> {
         }
     }
 
-    /// Fails every command waiting for a staging buffer with `errno`.
+    /// Fails every command waiting for room with `errno` (reservations wait on: see
+    /// [`Staging::take_waiting`]).
     fn fail_waiting(&mut self, errno: i32, done: &mut dyn FnMut(Done, &TagBufs)) {
         for w in self.stage.take_waiting() {
             done(Done::failed(w.tag, errno), &self.bufs);
@@ -460,13 +524,16 @@ impl<C: Connect> Path<C> {
                 return;
             }
         };
-        let stage = &self.stage;
+        let (stage, area) = (&self.stage, self.bufs.area_region());
         let old = self.ch.reconnect(f.t, f.req_lim, f.max_imm, &mut |tag, b| {
-            let n = data[stage.region(tag)];
-            DataBuf {
-                lkey: n.lkey,
-                rkey: n.rkey,
-                ..b
+            match data.get(stage.region(tag, area)) {
+                Some(n) => DataBuf {
+                    lkey: n.lkey,
+                    rkey: n.rkey,
+                    ..b
+                },
+                // a command without data (a pool's FLUSH)
+                None => b,
             }
         });
         // the old login is stopped: nothing of it reaches the buffers any more
@@ -493,13 +560,19 @@ impl<C: Connect> Path<C> {
     fn fail_held(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
         self.fail_waiting(libc::EIO, done);
         self.ch.set_hold(false);
-        let mut finish = finishing(&mut self.stage, &mut self.bufs, done);
+        let mut finish = finishing(&mut self.stage, &mut self.bufs, &mut *done);
         self.ch.fail_all(libc::EIO, &mut finish);
+        drop(finish);
+        // pool writes still waiting for room get it from what just failed
+        self.start_waiting(done);
     }
 
     /// Ends the path: a channel that is up logs out (what it had in flight finishes first, as far
     /// as `done` is concerned); one that is down fails what it holds.
     pub fn close(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
+        for tag in self.stage.drop_reservations() {
+            done(Done::failed(tag, libc::EIO), &self.bufs);
+        }
         if self.rport.is_up() && self.ch.down().is_none() {
             // nothing new goes out after the logout
             self.fail_waiting(libc::EIO, done);
@@ -535,8 +608,8 @@ pub enum Returned<T: Transport> {
 /// How long a path whose channel is down waits between looks at its timers.
 pub const DOWN_TICK: Duration = Duration::from_millis(50);
 
-/// `done` for what the channel finishes: each command gives its staging buffer back (a read's
-/// data copied out of it first) before the front end sees it.
+/// `done` for what the channel finishes: each command gives its span back (a staged read's data
+/// copied out of it first) before the front end sees it.
 fn finishing<'a>(
     stage: &'a mut Staging,
     bufs: &'a mut TagBufs,
@@ -546,6 +619,24 @@ fn finishing<'a>(
         stage.finish(&d, bufs);
         done(d, bufs)
     }
+}
+
+/// Sends `op` from `buf` (with `scratch`, the memory `buf` describes, for what the CPU writes:
+/// UNMAP parameters, WRITE SAME's block); a FLUSH needs neither.
+fn send<T: Transport>(
+    ch: &mut Channel<T>,
+    tag: u16,
+    (op, off, len, geo): (BlockOp, u64, u32, &Geometry),
+    buf: Option<DataBuf>,
+    scratch: &mut [u8],
+) -> Result<(), i32> {
+    let buf = match (buf, op) {
+        (Some(b), _) => b,
+        (None, BlockOp::Flush) => DataBuf::default(),
+        (None, _) => return Err(libc::EINVAL),
+    };
+    let cmd = to_scsi(op, off, len, geo, buf, scratch)?;
+    ch.submit(tag, cmd).map_err(|_| libc::EIO)
 }
 
 /// The buffers' descriptors before a login registered them (keys 0): a channel that starts down

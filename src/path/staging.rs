@@ -1,7 +1,18 @@
-//! Commands larger than a tag's registered head ([`TagBufs::head`]) go to the target through a
-//! staging buffer: a write's data is copied into it before the command is sent, a read's out of
-//! it when the command completes. With every staging buffer taken, such a command waits here, in
-//! arrival order, until one is given back.
+//! Where each command's data lives while the target moves it.
+//!
+//! With tag buffers ([`TagBufs::budgeted`]), a command up to a tag's registered head goes from the
+//! tag's own buffer; a larger one goes through a staging buffer of the shared area, a write's data
+//! copied in before the command is sent, a read's out of it when the command completes.
+//!
+//! With a pool ([`TagBufs::pooled`]: ublk's NEED_GET_DATA, where the kernel copies a write's data
+//! to an address the daemon names for each command, and a read's from the address its commit
+//! names), every command with data takes a span of the pool and nothing is copied here: a write's
+//! span is reserved before its data arrives ([`Staging::reserve`]); a read's span goes back only
+//! once its commit was submitted ([`Staging::committed`]), since the target may write a span as
+//! soon as a new command holds it.
+//!
+//! When the area has no room a command waits, in arrival order, until a finished one gives its
+//! span back.
 
 use crate::channel::block::{BlockOp, Geometry};
 use crate::channel::Done;
@@ -18,10 +29,13 @@ pub(super) struct Request {
     pub geo: Geometry,
 }
 
-/// The staging buffer a tag's command holds, and whether a read's data is to be copied back.
+/// The span of the area a tag's command holds.
 #[derive(Clone, Copy, Debug)]
-struct Held {
-    stage: u16,
+pub(super) struct Held {
+    /// First unit.
+    first: u32,
+    units: u32,
+    /// The command's data length (what a read copies back).
     len: u32,
     read: bool,
 }
@@ -29,116 +43,328 @@ struct Held {
 /// Where a command's data goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Plan {
-    /// The tag's own registered head.
+    /// The tag's own registered head, or no data at all.
     Direct,
-    /// Staging buffer `s` (taken for the tag until its command completes).
-    Stage(u16),
-    /// Every staging buffer is taken: the command waits.
+    /// The span the tag holds (taken until its command completes).
+    Stage,
+    /// The area has no room: the command waits.
     Wait,
 }
 
-/// A path's staging buffers: which are free, which tag holds which, who waits.
+/// Who waits for room in the area.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Waiter {
+    /// A command to send once it holds a span.
+    Start(Request),
+    /// A pool write whose data the kernel copies in once it holds a span of `len` bytes.
+    Reserve { tag: u16, len: u32 },
+}
+
+impl Waiter {
+    fn tag(&self) -> u16 {
+        match *self {
+            Waiter::Start(r) => r.tag,
+            Waiter::Reserve { tag, .. } => tag,
+        }
+    }
+
+    fn wants(&self) -> (u32, bool) {
+        match *self {
+            Waiter::Start(r) => (r.len, r.op == BlockOp::Read),
+            Waiter::Reserve { len, .. } => (len, false),
+        }
+    }
+}
+
+/// A free-unit bitmap over the area: first fit of a contiguous run.
+struct Units {
+    /// One bit per unit, set while taken; the bits past the last unit are set.
+    used: Vec<u64>,
+    count: u32,
+}
+
+impl Units {
+    fn new(count: u32) -> Units {
+        let mut used = vec![0u64; count.div_ceil(64) as usize];
+        if count % 64 != 0 {
+            if let Some(last) = used.last_mut() {
+                *last = !0u64 << (count % 64);
+            }
+        }
+        Units { used, count }
+    }
+
+    /// The first of `n` free contiguous units, now taken.
+    fn take(&mut self, n: u32) -> Option<u32> {
+        if n == 0 || n > self.count {
+            return None;
+        }
+        let first = self.find(n)?;
+        for u in first..first + n {
+            self.used[(u / 64) as usize] |= 1 << (u % 64);
+        }
+        Some(first)
+    }
+
+    fn find(&self, n: u32) -> Option<u32> {
+        let (mut start, mut run) = (0u32, 0u32);
+        for (w, &word) in self.used.iter().enumerate() {
+            let base = w as u32 * 64;
+            if word == !0 {
+                run = 0;
+                continue;
+            }
+            if n == 1 {
+                return Some(base + word.trailing_ones());
+            }
+            for b in 0..64 {
+                if word & (1 << b) != 0 {
+                    run = 0;
+                    continue;
+                }
+                if run == 0 {
+                    start = base + b;
+                }
+                run += 1;
+                if run == n {
+                    return Some(start);
+                }
+            }
+        }
+        None
+    }
+
+    fn give(&mut self, first: u32, n: u32) {
+        for u in first..first + n {
+            self.used[(u / 64) as usize] &= !(1 << (u % 64));
+        }
+    }
+}
+
+/// A path's data area: which spans are free, which tag holds which, who waits.
 pub(super) struct Staging {
+    /// Reads and writes up to this size go from their tag's head (0: every command with data
+    /// takes a span).
     head: u32,
-    /// The number of staging buffers (none: every command goes from its tag's buffer).
-    stages: u16,
-    free: Vec<u16>,
+    unit: u32,
+    /// Spans are the kernel's to copy from and to: nothing is copied here.
+    pool: bool,
+    units: Units,
     held: Vec<Option<Held>>,
-    waiting: VecDeque<Request>,
+    waiting: VecDeque<Waiter>,
+    /// Pool reads completed whose commit has not been submitted yet.
+    committing: Vec<Held>,
+    /// Reservations granted since the front end last looked.
+    granted: Vec<u16>,
 }
 
 impl Staging {
     pub fn new(bufs: &TagBufs) -> Staging {
         Staging {
             head: bufs.head(),
-            stages: bufs.stages(),
-            free: (0..bufs.stages()).rev().collect(),
+            unit: bufs.unit(),
+            pool: bufs.is_pool(),
+            units: Units::new(bufs.units()),
             held: vec![None; usize::from(bufs.depth())],
             waiting: VecDeque::new(),
+            committing: Vec::new(),
+            granted: Vec::new(),
         }
     }
 
-    /// Where tag `tag`'s command `op` of `len` bytes takes its data from; a staging buffer it is
-    /// given stays the tag's until [`Staging::finish`] or [`Staging::cancel`]. Commands wait in
-    /// arrival order: none is staged while another waits.
+    /// Where tag `tag`'s command `op` of `len` bytes takes its data from; a span it is given (or
+    /// reserved earlier) stays the tag's until [`Staging::finish`] or [`Staging::cancel`].
+    /// Commands wait in arrival order: none takes a span while another waits.
     pub fn plan(&mut self, tag: u16, op: BlockOp, len: u32) -> Plan {
-        let read = match op {
-            BlockOp::Read => true,
-            BlockOp::Write { .. } => false,
-            _ => return Plan::Direct,
-        };
-        // without staging buffers a command larger than the head is larger than its buffer:
-        // sent as it is, it is refused (EINVAL), not left waiting
-        if len <= self.head || self.stages == 0 {
-            return Plan::Direct;
+        if self.held(tag).is_some() {
+            return Plan::Stage;
         }
+        let Some(bytes) = self.needs(op, len) else {
+            return Plan::Direct;
+        };
         if !self.waiting.is_empty() {
             return Plan::Wait;
         }
-        self.take(tag, read, len).map_or(Plan::Wait, Plan::Stage)
+        if self.take(tag, bytes, op == BlockOp::Read) {
+            Plan::Stage
+        } else {
+            Plan::Wait
+        }
     }
 
-    /// A free staging buffer for tag `tag`'s command, if there is one.
-    fn take(&mut self, tag: u16, read: bool, len: u32) -> Option<u16> {
-        let stage = self.free.pop()?;
-        self.held[usize::from(tag)] = Some(Held { stage, len, read });
-        Some(stage)
+    /// How many bytes of the area `op` takes, if it takes a span.
+    fn needs(&self, op: BlockOp, len: u32) -> Option<u32> {
+        match op {
+            BlockOp::Read | BlockOp::Write { .. } if len > self.head && self.units.count > 0 => {
+                // too large for the area: sent from the tag as it is, it is refused (EINVAL)
+                (len <= self.units.count * self.unit).then_some(len)
+            }
+            // a pool has no tag buffers: the scratch data of an UNMAP, WRITE SAME or GET LBA
+            // STATUS takes a span too
+            BlockOp::Discard | BlockOp::WriteZeroes { .. } | BlockOp::LbaStatus if self.pool => {
+                Some(self.unit)
+            }
+            _ => None,
+        }
     }
 
-    /// Queues a command for the next staging buffer given back.
+    /// Reserves a span of `len` bytes for tag `tag`'s pool write, or queues the reservation:
+    /// false when it waits (it shows up in [`Staging::take_granted`] once it holds one).
+    pub fn reserve(&mut self, tag: u16, len: u32) -> bool {
+        if self.held(tag).is_some() {
+            return true;
+        }
+        if self.waiting.is_empty() && self.take(tag, len, false) {
+            return true;
+        }
+        self.waiting.push_back(Waiter::Reserve { tag, len });
+        false
+    }
+
+    /// Takes a span for tag `tag` if there is room.
+    fn take(&mut self, tag: u16, len: u32, read: bool) -> bool {
+        let units = len.div_ceil(self.unit).max(1);
+        let Some(first) = self.units.take(units) else {
+            return false;
+        };
+        self.held[usize::from(tag)] = Some(Held {
+            first,
+            units,
+            len,
+            read,
+        });
+        true
+    }
+
+    /// The span tag `tag` holds: its offset in the area and its length.
+    pub fn span(&self, tag: u16) -> Option<(usize, usize)> {
+        let h = self.held(tag)?;
+        let unit = self.unit as usize;
+        Some((h.first as usize * unit, h.units as usize * unit))
+    }
+
+    fn held(&self, tag: u16) -> Option<Held> {
+        self.held.get(usize::from(tag)).copied().flatten()
+    }
+
+    /// Queues a command for room in the area.
     pub fn wait(&mut self, w: Request) {
-        self.waiting.push_back(w);
+        self.waiting.push_back(Waiter::Start(w));
     }
 
-    /// The first waiting command with the staging buffer it now holds, once one is free.
-    pub fn next_waiter(&mut self) -> Option<(Request, u16)> {
-        if self.free.is_empty() {
+    /// The first waiter, now holding its span, once there is room for it.
+    pub fn next_waiter(&mut self) -> Option<Waiter> {
+        let w = *self.waiting.front()?;
+        let (len, read) = w.wants();
+        if !self.take(w.tag(), len, read) {
             return None;
         }
-        let w = self.waiting.pop_front()?;
-        let stage = self.take(w.tag, w.op == BlockOp::Read, w.len)?;
-        Some((w, stage))
+        self.waiting.pop_front();
+        if let Waiter::Reserve { tag, .. } = w {
+            self.granted.push(tag);
+        }
+        Some(w)
     }
 
-    /// The registered region tag `tag`'s command takes its data from: its staging buffer's
-    /// (`depth + s`) while it holds one, its own head's (`tag`) otherwise.
-    pub fn region(&self, tag: u16) -> usize {
-        let depth = self.held.len();
-        match self.held.get(usize::from(tag)).copied().flatten() {
-            Some(h) => depth + usize::from(h.stage),
+    /// The region a tag's command takes its data from: the area's (`area`) while it holds a
+    /// span, its own head's (`tag`) otherwise.
+    pub fn region(&self, tag: u16, area: usize) -> usize {
+        match self.held(tag) {
+            Some(_) => area,
             None => usize::from(tag),
         }
     }
 
-    /// A completed command gives its staging buffer back; a read that succeeded has its data
-    /// copied into the tag's buffer first.
+    /// A completed command gives its span back: a staged read that succeeded has its data copied
+    /// into the tag's buffer first; a pool read's span goes back once its commit is submitted.
     pub fn finish(&mut self, d: &Done, bufs: &mut TagBufs) {
         let Some(h) = self.held.get_mut(usize::from(d.tag)).and_then(Option::take) else {
             return;
         };
+        if self.pool {
+            if h.read {
+                self.committing.push(h);
+            } else {
+                self.units.give(h.first, h.units);
+            }
+            return;
+        }
         if h.read {
             if let Ok(n) = d.outcome.bytes(h.len) {
-                let (slot, stage) = bufs.slot_and_stage(d.tag, h.stage, n as usize);
-                slot.copy_from_slice(stage);
+                let off = (h.first * self.unit) as usize;
+                let (slot, area) = bufs.slot_and_area(d.tag, off, n as usize);
+                slot.copy_from_slice(area);
             }
         }
-        self.free.push(h.stage);
+        self.units.give(h.first, h.units);
     }
 
-    /// A command that was never sent gives its staging buffer back.
+    /// The commits of the pool reads finished so far were submitted: their spans go back.
+    pub fn committed(&mut self) -> bool {
+        let any = !self.committing.is_empty();
+        for h in self.committing.drain(..) {
+            self.units.give(h.first, h.units);
+        }
+        any
+    }
+
+    /// A command that was never sent gives its span back.
     pub fn cancel(&mut self, tag: u16) {
         if let Some(h) = self.held.get_mut(usize::from(tag)).and_then(Option::take) {
-            self.free.push(h.stage);
+            self.units.give(h.first, h.units);
         }
     }
 
-    /// Every waiting command, taken out (to fail them).
-    pub fn take_waiting(&mut self) -> VecDeque<Request> {
-        std::mem::take(&mut self.waiting)
+    /// Every waiting command, taken out (to fail them); reservations stay: a pool write must get
+    /// its data before it can complete, and gets its span once the failures give theirs back.
+    pub fn take_waiting(&mut self) -> Vec<Request> {
+        let mut out = Vec::new();
+        self.waiting.retain(|w| match *w {
+            Waiter::Start(r) => {
+                out.push(r);
+                false
+            }
+            Waiter::Reserve { .. } => true,
+        });
+        out
     }
 
-    /// How many commands wait.
+    /// Every waiting reservation, taken out (the device is going away).
+    pub fn drop_reservations(&mut self) -> Vec<u16> {
+        self.waiting.drain(..).map(|w| w.tag()).collect()
+    }
+
+    /// The reservations granted since the last call.
+    pub fn take_granted(&mut self) -> Vec<u16> {
+        std::mem::take(&mut self.granted)
+    }
+
+    /// How many commands wait (reservations too).
     pub fn waiting(&self) -> u16 {
         self.waiting.len() as u16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_first_fit() {
+        let mut u = Units::new(130);
+        assert_eq!(u.used.len(), 3);
+        assert_eq!(u.take(1), Some(0));
+        assert_eq!(u.take(64), Some(1));
+        assert_eq!(u.take(2), Some(65));
+        u.give(1, 64);
+        assert_eq!(u.take(3), Some(1), "the freed run is reused");
+        assert_eq!(u.take(62), Some(67), "first fit: 4..65 is one unit short");
+        assert_eq!(u.take(61), Some(4));
+        assert_eq!(u.take(1), Some(129));
+        assert_eq!(u.take(1), None, "units past the count are never given");
+        assert_eq!(u.take(0), None);
+        u.give(0, 130);
+        assert_eq!(u.take(130), Some(0));
+        assert_eq!(Units::new(0).take(1), None);
     }
 }

@@ -418,3 +418,136 @@ fn a_command_larger_than_every_buffer_is_refused_not_left_waiting() {
         assert_eq!(service_big(&mut p, Instant::now())[0].1, 0);
     }
 }
+
+/// A path whose buffers are a pool of `bytes` (ublk's NEED_GET_DATA).
+fn pool_path(c: &FakeConnect, bytes: u32) -> Path<&FakeConnect> {
+    let bufs = TagBufs::pool_of(DEPTH, BUF, bytes);
+    Path::new(channel(), c, bufs, Rport::new(TIMERS), "queue 0".into()).expect("registers")
+}
+
+/// Everything that finished: (tag, errno, the first 32 KiB of what its commit names).
+fn service_pool(p: &mut Path<&FakeConnect>, now: Instant) -> Finished {
+    let mut out = Vec::new();
+    p.service(now, &mut |d, b| {
+        let data = b.keep().dma_read(b.commit_addr(d.tag), BIG as usize);
+        out.push((d.tag, d.outcome.errno, data.expect("inside the pool")));
+    });
+    out
+}
+
+/// The kernel's NEED_GET_DATA copy: `data` into the span reserved at `addr`.
+fn get_data(p: &mut Path<&FakeConnect>, addr: u64, data: &[u8]) {
+    assert!(p.bufs().keep().dma_write(addr, data), "inside the pool");
+}
+
+#[test]
+fn pool_commands_take_spans_in_arrival_order_and_reads_keep_theirs_until_committed() {
+    let c = FakeConnect::default();
+    let mut p = pool_path(&c, 2 * BIG);
+    let t0 = Instant::now();
+    let w = BlockOp::Write { fua: false };
+    // two 32 KiB writes fill the pool; a third and a 4 KiB one wait, in order
+    for tag in 0..2u16 {
+        let addr = p.reserve(tag, BIG).expect("fits").expect("room");
+        get_data(&mut p, addr, &pattern(tag as u8));
+        submit_big(&mut p, tag, w, u64::from(tag) * 64);
+    }
+    assert_eq!(p.reserve(2, BIG), Ok(None));
+    assert_eq!(p.reserve(3, 4096), Ok(None), "not ahead of the one waiting");
+    assert_eq!(p.busy(), 4);
+    let done = service_pool(&mut p, t0);
+    assert_eq!(
+        done.iter().map(|d| (d.0, d.1)).collect::<Vec<_>>(),
+        [(0, 0), (1, 0)]
+    );
+    // the writes' spans came back at once: both reservations hold theirs
+    let granted = p.granted();
+    assert_eq!(granted.iter().map(|g| g.0).collect::<Vec<_>>(), [2, 3]);
+    assert!(p.granted().is_empty(), "said once");
+    get_data(&mut p, granted[0].1, &pattern(2));
+    submit_big(&mut p, 2, w, 128);
+    get_data(&mut p, granted[1].1, &[0x33; 4096]);
+    p.submit(3, w, 300 * 512, 4096, &GEO).expect("submitted");
+    assert_eq!(service_pool(&mut p, t0).len(), 2);
+    // two 32 KiB reads fill it again; their data is where their commits point
+    for (tag, lba) in [(4u16, 0u64), (5, 64)] {
+        submit_big(&mut p, tag, BlockOp::Read, lba);
+    }
+    let done = service_pool(&mut p, t0);
+    assert_eq!(done.len(), 2);
+    for (tag, errno, data) in &done {
+        assert_eq!(*errno, 0);
+        assert!(*data == pattern(*tag as u8 - 4), "tag {tag}'s data");
+    }
+    // a read's span is the kernel's to copy from until its commit is submitted
+    submit_big(&mut p, 6, BlockOp::Read, 128);
+    assert_eq!(p.busy(), 1);
+    assert!(service_pool(&mut p, t0).is_empty(), "waits for the commits");
+    p.committed(&mut |_, _| {});
+    let done = service_pool(&mut p, t0);
+    assert_eq!((done.len(), done[0].0, done[0].1), (1, 6, 0));
+    assert!(done[0].2 == pattern(2));
+    // FLUSH takes nothing; WRITE SAME's block takes a unit
+    p.submit(7, BlockOp::Flush, 0, 0, &GEO).expect("flush");
+    let wz = BlockOp::WriteZeroes { may_unmap: false };
+    p.submit(0, wz, 0, 4096, &GEO).expect("write zeroes");
+    p.committed(&mut |_, _| {});
+    let done = service_pool(&mut p, t0);
+    assert_eq!(done.iter().map(|d| d.1).collect::<Vec<_>>(), [0, 0]);
+}
+
+#[test]
+fn at_fast_io_fail_a_waiting_pool_write_gets_its_span_and_fails() {
+    let c = FakeConnect::refusing();
+    let mut p = pool_path(&c, BIG);
+    let t0 = Instant::now();
+    p.ch.transport().faults.hold_rsps = true;
+    submit_big(&mut p, 0, BlockOp::Read, 0);
+    assert_eq!(p.reserve(1, BIG), Ok(None));
+    assert_eq!(
+        p.reserve(2, BIG * 2),
+        Err(libc::EINVAL),
+        "larger than the pool"
+    );
+    break_channel(&mut p);
+    assert!(service_pool(&mut p, t0).is_empty());
+    let done = service_pool(&mut p, t0 + Duration::from_secs(5));
+    assert_eq!((done.len(), done[0].0, done[0].1), (1, 0, libc::EIO));
+    assert_eq!(p.busy(), 1, "the write waits for the read's commit");
+    p.committed(&mut |_, _| {});
+    let granted = p.granted();
+    assert_eq!(granted.iter().map(|g| g.0).collect::<Vec<_>>(), [1]);
+    let r = p.submit(1, BlockOp::Write { fua: false }, 0, BIG, &GEO);
+    assert_eq!((r, p.busy()), (Err(libc::EIO), 0));
+}
+
+#[test]
+fn closing_fails_pool_writes_still_waiting() {
+    let c = FakeConnect::default();
+    let mut p = pool_path(&c, BIG);
+    assert!(p.reserve(0, BIG).expect("fits").is_some());
+    assert_eq!(p.reserve(1, 4096), Ok(None));
+    let mut failed = Vec::new();
+    p.close(&mut |d, _| failed.push((d.tag, d.outcome.errno)));
+    assert_eq!(failed, [(1, libc::EIO)]);
+}
+
+#[test]
+fn a_held_pool_read_is_reissued_at_its_span_on_the_new_login() {
+    let c = FakeConnect::default();
+    let mut p = pool_path(&c, 2 * BIG);
+    let t0 = Instant::now();
+    let addr = p.reserve(0, BIG).expect("fits").expect("room");
+    get_data(&mut p, addr, &pattern(5));
+    submit_big(&mut p, 0, BlockOp::Write { fua: false }, 0);
+    assert_eq!(service_pool(&mut p, t0)[0].1, 0);
+    p.ch.transport().faults.hold_rsps = true;
+    submit_big(&mut p, 1, BlockOp::Read, 0);
+    assert!(service_pool(&mut p, t0).is_empty());
+    break_channel(&mut p);
+    assert!(service_pool(&mut p, t0).is_empty(), "held");
+    let done = service_pool(&mut p, t0 + Duration::from_secs(1));
+    assert!(p.is_up());
+    assert_eq!((done.len(), done[0].0, done[0].1), (1, 1, 0));
+    assert!(done[0].2 == pattern(5), "the re-issued read's data");
+}

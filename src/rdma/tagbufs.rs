@@ -1,10 +1,14 @@
-//! The data buffers of one queue's tags, owned by its path and registered on each login.
+//! The data buffers of one queue, owned by its path and registered on each login.
 //!
-//! Every tag owns a buffer of the largest I/O (what ublk's FETCH and COMMIT and the NBD connection
-//! read and write), but only its first [`TagBufs::head`] bytes are registered (pinned): a command
-//! that fits goes to the target from there, a larger one through one of a few registered staging
-//! buffers of the largest I/O, its data copied in before a write or out after a read. Pinned
-//! memory per queue is then `depth x head + stages x size`, not `depth x size`.
+//! Two layouts. With tag buffers ([`TagBufs::budgeted`]: the NBD connections, and ublk devices
+//! made without NEED_GET_DATA) every tag owns a buffer of the largest I/O (what ublk's FETCH and
+//! COMMIT and the NBD connection read and write), but only its first [`TagBufs::head`] bytes are
+//! registered (pinned): a command that fits goes to the target from there, a larger one through a
+//! staging buffer of the shared area, its data copied in before a write or out after a read.
+//! Pinned memory is then `depth x head + stages x size`, not `depth x size`. With a pool
+//! ([`TagBufs::pooled`]: ublk with NEED_GET_DATA) there are no tag buffers: every command takes a
+//! span of the area, which the kernel copies a write's data into and a read's out of, so a queue
+//! pins the area alone, sized by a budget rather than by depth.
 //!
 //! The memory is shared between its owner ([`TagBufs`], the only one that makes Rust references to
 //! it) and every endpoint that registered it ([`Keep`], which makes none and only keeps the memory
@@ -21,28 +25,56 @@ use std::sync::Arc;
 const HEAD: u32 = 128 << 10;
 /// The registered bytes of the staging buffers together, per queue.
 const STAGE_BUDGET: u32 = 2 << 20;
+/// A pool's size at most, per queue: 48 commands of 128 KiB, 12 of 512 KiB, and with the
+/// channel's IUs under 8 MiB pinned.
+const POOL_BUDGET: u32 = 6 << 20;
+/// A pool's allocation unit.
+const POOL_UNIT: u32 = 4 << 10;
 
-/// The buffers' memory: one per tag, then the staging buffers.
+/// The buffers' memory: one per tag, then the area (staging buffers or the pool).
 struct Mem {
     tags: Vec<IoBuf<u8>>,
-    stages: Vec<IoBuf<u8>>,
+    area: Option<IoBuf<u8>>,
     /// The registered prefix of each tag's buffer.
     head: usize,
 }
 
 impl Mem {
-    /// The registered regions: each tag's head, then each staging buffer whole.
+    /// The registered regions: each tag's head, then the area whole.
     fn regions(&self) -> impl Iterator<Item = (*mut u8, usize)> + '_ {
         let heads = self.tags.iter().map(|b| (b.as_mut_ptr(), self.head));
-        heads.chain(self.stages.iter().map(|b| (b.as_mut_ptr(), b.len())))
+        let heads = heads.filter(|&(_, len)| len > 0);
+        heads.chain(self.area.iter().map(|b| (b.as_mut_ptr(), b.len())))
+    }
+
+    /// The number of registered heads (the area's region comes after them).
+    fn heads(&self) -> usize {
+        if self.head > 0 {
+            self.tags.len()
+        } else {
+            0
+        }
+    }
+
+    /// The number of registered regions.
+    fn nr_regions(&self) -> usize {
+        self.heads() + usize::from(self.area.is_some())
     }
 }
 
-/// `depth` page-aligned buffers of `size` bytes (tag `t`'s data lives in buffer `t`), and the
-/// staging buffers for commands larger than the registered head.
+/// The data buffers of `depth` tags: see the module documentation.
 pub struct TagBufs {
     mem: Arc<Mem>,
+    depth: u16,
     size: u32,
+    /// The area's allocation unit (a staging buffer, or a pool page).
+    unit: u32,
+    pool: bool,
+    /// The area offset of the span each tag's latest pool command took (what its commit names).
+    spans: Vec<u32>,
+    /// With a pool, what FETCH names for each tag (libublk wants a buffer per tag unless the
+    /// device copies by itself): never touched, by the kernel either, so never resident.
+    fetch: Vec<IoBuf<u8>>,
 }
 
 /// What an endpoint holds of the buffers it registered: the memory stays allocated until the last
@@ -70,78 +102,173 @@ impl TagBufs {
     /// `depth` buffers of `size` bytes whose first `head` bytes are registered, and `stages`
     /// staging buffers of `size` bytes.
     pub fn with_head(depth: u16, size: u32, head: u32, stages: u16) -> TagBufs {
-        let alloc = |n: u16| (0..n).map(|_| IoBuf::new(size as usize)).collect();
+        let bytes = size as usize * usize::from(stages);
         TagBufs {
             mem: Arc::new(Mem {
-                tags: alloc(depth),
-                stages: alloc(stages),
+                tags: (0..depth).map(|_| IoBuf::new(size as usize)).collect(),
+                area: (stages > 0).then(|| IoBuf::new(bytes)),
                 head: head.min(size) as usize,
             }),
+            depth,
             size,
+            unit: size,
+            pool: false,
+            spans: Vec::new(),
+            fetch: Vec::new(),
         }
     }
 
-    /// The number of tag buffers.
-    pub fn depth(&self) -> u16 {
-        self.mem.tags.len() as u16
+    /// A pool for `depth` tags whose largest I/O is `size`: `depth x size` bytes, at most 6 MiB
+    /// (`POOL_BUDGET`) and at least one command of `size`, in 4 KiB units.
+    pub fn pooled(depth: u16, size: u32) -> TagBufs {
+        let want = (u64::from(depth) * u64::from(size)).min(u64::from(POOL_BUDGET)) as u32;
+        TagBufs::pool_of(depth, size, want.max(size))
     }
 
-    /// The size of each buffer.
+    /// A pool of `bytes` (rounded up to the unit) for `depth` tags whose largest I/O is `size`.
+    pub fn pool_of(depth: u16, size: u32, bytes: u32) -> TagBufs {
+        let bytes = bytes.max(1).div_ceil(POOL_UNIT) * POOL_UNIT;
+        TagBufs {
+            mem: Arc::new(Mem {
+                tags: Vec::new(),
+                area: Some(IoBuf::new(bytes as usize)),
+                head: 0,
+            }),
+            depth,
+            size,
+            unit: POOL_UNIT,
+            pool: true,
+            spans: vec![0; usize::from(depth)],
+            fetch: (0..depth).map(|_| IoBuf::new(POOL_UNIT as usize)).collect(),
+        }
+    }
+
+    /// The number of tags.
+    pub fn depth(&self) -> u16 {
+        self.depth
+    }
+
+    /// The largest I/O.
     pub fn size(&self) -> u32 {
         self.size
     }
 
-    /// The registered prefix of each tag's buffer: a command larger than this is staged.
+    /// The registered prefix of each tag's buffer: a larger command takes a span of the area
+    /// (0 with a pool).
     pub fn head(&self) -> u32 {
         self.mem.head as u32
     }
 
-    /// The number of staging buffers.
-    pub fn stages(&self) -> u16 {
-        self.mem.stages.len() as u16
+    /// Whether these are a pool (no tag buffers; the kernel copies to and from the area).
+    pub fn is_pool(&self) -> bool {
+        self.pool
     }
 
-    /// The tag buffers, as ublk's FETCH and COMMIT commands take them.
+    /// The area's allocation unit.
+    pub fn unit(&self) -> u32 {
+        self.unit
+    }
+
+    /// The number of units in the area.
+    pub fn units(&self) -> u32 {
+        self.mem
+            .area
+            .as_ref()
+            .map_or(0, |a| (a.len() / self.unit as usize) as u32)
+    }
+
+    /// The index of the area's region among [`TagBufs::region_spans`].
+    pub fn area_region(&self) -> usize {
+        self.mem.heads()
+    }
+
+    /// The tag buffers, as ublk's FETCH and COMMIT commands take them (none with a pool).
     pub fn ios(&self) -> &Vec<IoBuf<u8>> {
         &self.mem.tags
     }
 
-    /// Tag `tag`'s buffer, to fill before a write is sent or to read after a read completed. The
-    /// HCA writes a buffer only while a command on its tag is outstanding.
+    /// What ublk's FETCH names for each tag: its buffer, or with a pool a placeholder page (a
+    /// write names its span with NEED_GET_DATA, a read with its COMMIT).
+    pub fn fetch_bufs(&self) -> &Vec<IoBuf<u8>> {
+        if self.pool {
+            &self.fetch
+        } else {
+            &self.mem.tags
+        }
+    }
+
+    /// Tag `tag`'s buffer, to fill before a write is sent or to read after a read completed (empty
+    /// with a pool). The HCA writes a buffer only while a command on its tag is outstanding.
     pub fn slot(&mut self, tag: u16) -> &mut [u8] {
-        let b = &self.mem.tags[usize::from(tag)];
+        let Some(b) = self.mem.tags.get(usize::from(tag)) else {
+            return &mut [];
+        };
         // SAFETY: the allocation is live (we hold the Arc) and b.len() bytes long; every Rust
         // reference to it is made here or through `ios`, both borrowing `self` (mutably here), and
         // a `Keep` makes none, so no other reference aliases this one while it lives.
         unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr(), b.len()) }
     }
 
-    /// Tag `tag`'s first `len` bytes and staging buffer `stage`'s, to copy between. The HCA
-    /// writes a staging buffer only while the command it was taken for is outstanding.
-    pub fn slot_and_stage(&mut self, tag: u16, stage: u16, len: usize) -> (&mut [u8], &mut [u8]) {
-        let (t, s) = (
-            &self.mem.tags[usize::from(tag)],
-            &self.mem.stages[usize::from(stage)],
-        );
-        let len = len.min(t.len()).min(s.len());
+    /// `len` bytes of the area at `off` (empty when out of range). The HCA writes a span only
+    /// while the command holding it is outstanding.
+    pub fn area(&mut self, off: usize, len: usize) -> &mut [u8] {
+        let Some(a) = &self.mem.area else {
+            return &mut [];
+        };
+        if off.checked_add(len).is_none_or(|end| end > a.len()) {
+            return &mut [];
+        }
+        // SAFETY: as in `slot`: off..off+len lies inside the live allocation (checked above).
+        unsafe { std::slice::from_raw_parts_mut(a.as_mut_ptr().add(off), len) }
+    }
+
+    /// Tag `tag`'s first `len` bytes and the area's `len` bytes at `off`, to copy between.
+    pub fn slot_and_area(&mut self, tag: u16, off: usize, len: usize) -> (&mut [u8], &mut [u8]) {
+        let (Some(t), Some(a)) = (self.mem.tags.get(usize::from(tag)), &self.mem.area) else {
+            return (&mut [], &mut []);
+        };
+        let len = len.min(t.len()).min(a.len().saturating_sub(off));
         // SAFETY: as in `slot`; the two allocations are distinct, so the two references do not
-        // overlap, and both borrow `self` mutably.
+        // overlap, and both borrow `self` mutably; off+len is inside the area (clamped above).
         unsafe {
             (
                 std::slice::from_raw_parts_mut(t.as_mut_ptr(), len),
-                std::slice::from_raw_parts_mut(s.as_mut_ptr(), len),
+                std::slice::from_raw_parts_mut(a.as_mut_ptr().add(off), len),
             )
         }
     }
 
-    /// The regions to register, in order: each tag's head (region `t` for tag `t`), then each
-    /// staging buffer (region `depth + s`).
+    /// The address of the area's byte `off` (what ublk's NEED_GET_DATA names).
+    pub fn area_addr(&self, off: usize) -> u64 {
+        self.mem
+            .area
+            .as_ref()
+            .map_or(0, |a| a.as_ptr() as u64 + off as u64)
+    }
+
+    /// Notes that tag `tag`'s pool command holds the span at area offset `off`.
+    pub fn set_span(&mut self, tag: u16, off: usize) {
+        if let Some(s) = self.spans.get_mut(usize::from(tag)) {
+            *s = off as u32;
+        }
+    }
+
+    /// What ublk's COMMIT of tag `tag`'s read names as its data: the span its latest command
+    /// held with a pool (never 0, which a read's commit may not name), its own buffer otherwise.
+    pub fn commit_addr(&self, tag: u16) -> u64 {
+        match self.mem.tags.get(usize::from(tag)) {
+            Some(b) => b.as_ptr() as u64,
+            None => self.area_addr(self.spans.get(usize::from(tag)).map_or(0, |&s| s as usize)),
+        }
+    }
+
+    /// The regions to register, in order: each tag's head (region `t` for tag `t`) when tags
+    /// have one, then the area ([`TagBufs::area_region`]).
     pub(super) fn regions(&self) -> impl Iterator<Item = (*mut u8, usize)> + '_ {
         self.mem.regions()
     }
 
-    /// The registered regions (each tag's head, then each staging buffer) as descriptors see
-    /// them: start address and length.
+    /// The registered regions as descriptors see them: start address and length.
     pub fn region_spans(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
         self.regions().map(|(p, len)| (p as u64, len as u32))
     }
@@ -153,9 +280,9 @@ impl TagBufs {
 }
 
 impl Keep {
-    /// The number of registered regions (each tag's head and each staging buffer).
+    /// The number of registered regions (each tag's head, and the area).
     pub fn regions(&self) -> usize {
-        self.0.tags.len() + self.0.stages.len()
+        self.0.nr_regions()
     }
 
     /// Where the registered range holding `addr..addr+len` starts, if one does.
@@ -203,15 +330,25 @@ mod tests {
         };
         // the ublk default (depth 64, 128 KiB requests) fits the head: registered whole
         let b = TagBufs::budgeted(64, 128 << 10);
-        assert_eq!((b.head(), b.stages(), mib(&b)), (128 << 10, 0, 8.0));
+        assert_eq!((b.head(), b.units(), mib(&b)), (128 << 10, 0, 8.0));
         // NBD's and max_sect=1024's 512 KiB: 128 KiB heads and four 512 KiB staging buffers,
         // 10 MiB where every buffer whole would pin 32 MiB
         let b = TagBufs::budgeted(64, 512 << 10);
-        assert_eq!((b.head(), b.stages(), mib(&b)), (128 << 10, 4, 10.0));
+        assert_eq!((b.head(), b.units(), mib(&b)), (128 << 10, 4, 10.0));
         // 256 KiB: eight; never more staging buffers than tags
-        assert_eq!(TagBufs::budgeted(64, 256 << 10).stages(), 8);
-        assert_eq!(TagBufs::budgeted(2, 256 << 10).stages(), 2);
-        assert_eq!(TagBufs::budgeted(0, 512 << 10).stages(), 0);
+        assert_eq!(TagBufs::budgeted(64, 256 << 10).units(), 8);
+        assert_eq!(TagBufs::budgeted(2, 256 << 10).units(), 2);
+        assert_eq!(TagBufs::budgeted(0, 512 << 10).units(), 0);
+        // a pool: the area alone, by the budget and never less than one command
+        let b = TagBufs::pooled(64, 128 << 10);
+        assert_eq!(
+            (b.head(), b.units(), b.area_region(), mib(&b)),
+            (0, 1536, 0, 6.0)
+        );
+        assert_eq!(mib(&TagBufs::pooled(64, 512 << 10)), 6.0);
+        assert_eq!(mib(&TagBufs::pooled(8, 64 << 10)), 0.5);
+        assert_eq!(mib(&TagBufs::pooled(1, 1 << 20)), 1.0);
+        assert!(b.ios().is_empty());
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub(super) fn serve_demo(
     on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
 ) -> Result<(), UblkFrontError> {
     const MAX_IO: u32 = 512 * 1024;
-    let ctrl = build_ctrl("srp-ublk-demo", opts.dev_id, queues, depth, MAX_IO)?;
+    let ctrl = build_ctrl("srp-ublk-demo", opts.dev_id, queues, depth, MAX_IO, 0)?;
     let tgt_init = move |dev: &mut UblkDev| {
         dev.set_default_params(size);
         dev.tgt.params = demo_params(size, MAX_IO);

@@ -23,6 +23,9 @@ const OP_CANCEL: u32 = 3;
 const OP_TICK: u32 = 4;
 /// A PollAdd on the queue's [`SessionLink`] eventfd: another queue's channel failed.
 const OP_POLL_WAKE: u32 = 5;
+/// A NEED_GET_DATA command (its tag in the tag field): the kernel copies a write's data into the
+/// span named and hands the command over with this user data.
+const OP_GET_DATA: u32 = 6;
 
 /// What a queue thread can fail on before it serves.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +76,9 @@ struct Queue<'a> {
     tick_poll: bool,
     /// The Timeout SQE's duration: read by the kernel when the SQE is submitted.
     tick_ts: io_uring::types::Timespec,
+    /// The device's NEED_GET_DATA opcode as its queues encode it, when writes need one (the
+    /// buffers are a pool).
+    get_data_op: Option<u32>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -92,7 +98,14 @@ pub(super) fn run_queue(
     init_ring(dev).map_err(ublk("setting up the queue's io_uring"))?;
     let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
     let depth = q.get_depth() as u16;
-    let bufs = TagBufs::budgeted(depth, dev.dev_info.max_io_buf_bytes);
+    let flags = dev.dev_info.flags;
+    let pool = flags & u64::from(sys::UBLK_F_NEED_GET_DATA) != 0;
+    let max_io = dev.dev_info.max_io_buf_bytes;
+    let bufs = if pool {
+        TagBufs::pooled(depth, max_io)
+    } else {
+        TagBufs::budgeted(depth, max_io)
+    };
     // a channel that starts down (a handover) holds I/O before the first command can arrive; it
     // logs in from the loop, once the ring has taken the FETCH commands
     let mut path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
@@ -110,8 +123,15 @@ pub(super) fn run_queue(
         io: IoCounters::default(),
     };
     let q = q
-        .submit_fetch_commands_unified(BufDescList::Slices(Some(path.bufs().ios())))
+        .submit_fetch_commands_unified(BufDescList::Slices(Some(path.bufs().fetch_bufs())))
         .map_err(ublk("submitting FETCH commands"))?;
+    let get_data_op = pool.then(|| {
+        if flags & u64::from(sys::UBLK_F_CMD_IOCTL_ENCODE) != 0 {
+            sys::UBLK_U_IO_NEED_GET_DATA
+        } else {
+            sys::UBLK_U_IO_NEED_GET_DATA & 0xff
+        }
+    });
     let mut qu = Queue {
         qid,
         q: &q,
@@ -126,6 +146,7 @@ pub(super) fn run_queue(
         wake_poll: false,
         tick_poll: false,
         tick_ts: Duration::ZERO.into(),
+        get_data_op,
     };
     qu.serve(&mut path, &mut pending, waiting);
     path.close(&mut |d, b| commit(&q, b, &mut pending, d));
@@ -174,6 +195,7 @@ impl Queue<'_> {
             let (n, event) =
                 path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
             self.follow_login(path);
+            self.get_granted(path);
             spins = if n > 0 || !busy {
                 0
             } else {
@@ -205,6 +227,16 @@ impl Queue<'_> {
             if r.is_err() {
                 return;
             }
+        }
+    }
+
+    /// Asks the kernel for the data of the pool writes that got their span since the last look.
+    fn get_granted(&mut self, path: &mut Path<Relogin>) {
+        let Some(op) = self.get_data_op else {
+            return;
+        };
+        for (tag, addr) in path.granted() {
+            submit_get_data(self.q, op, tag, addr);
         }
     }
 
@@ -240,6 +272,7 @@ impl Queue<'_> {
         // the loop sees on its next pass)
         let (n, _) = path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
         self.follow_login(path);
+        self.get_granted(path);
         if let (false, Some(t)) = (self.tick_poll, path.next_tick_in()) {
             self.tick_ts = t
                 .clamp(Duration::from_millis(1), Duration::from_secs(1))
@@ -272,37 +305,60 @@ impl Queue<'_> {
         }
         let q = self.q;
         let gen = self.armed_gen;
-        let (shared, geo) = (self.shared, self.geo);
+        let (shared, geo, get_data_op) = (self.shared, self.geo, self.get_data_op);
         let (tick_poll, wake_poll) = (&mut self.tick_poll, &mut self.wake_poll);
-        let r = q.flush_and_wake_io_tasks(
-            |data, cqe, _last| {
-                if data & UblkUringData::Target as u64 != 0 {
-                    // a poll armed on an earlier login's fds means nothing now
-                    let current = UblkIOCtx::user_data_to_tag(data) as u16 == gen;
-                    match UblkIOCtx::user_data_to_op(data) {
-                        OP_POLL_CQ if current => cq_fired = true,
-                        OP_POLL_CM if current => cm_fired = true,
-                        OP_TICK => *tick_poll = false,
-                        OP_POLL_WAKE => *wake_poll = false,
-                        _ => {}
-                    }
-                } else if cqe.result() == sys::UBLK_IO_RES_OK as i32 {
-                    if !clock_set {
-                        path.set_clock(clock_ms());
-                        clock_set = true;
-                    }
+        let mut to_wait = to_wait;
+        loop {
+            // writes whose data the kernel copies in on this enter, when this pass asked for it
+            let mut get_data = false;
+            let r = q.flush_and_wake_io_tasks(
+                |data, cqe, _last| {
                     let tag = UblkIOCtx::user_data_to_tag(data) as u16;
-                    // the bound as it is now: a resize may have moved it while the queue slept
-                    let geo = Geometry {
-                        blocks: shared.blocks.load(Relaxed),
-                        ..geo
+                    let res = cqe.result();
+                    let mut got_data = false;
+                    let arrived = if data & UblkUringData::Target as u64 != 0 {
+                        // a poll armed on an earlier login's fds means nothing now
+                        let current = tag == gen;
+                        match UblkIOCtx::user_data_to_op(data) {
+                            OP_POLL_CQ if current => cq_fired = true,
+                            OP_POLL_CM if current => cm_fired = true,
+                            OP_TICK => *tick_poll = false,
+                            OP_POLL_WAKE => *wake_poll = false,
+                            // a write whose data is in its span now (an abort: the device stops)
+                            OP_GET_DATA => got_data = res == sys::UBLK_IO_RES_OK as i32,
+                            _ => {}
+                        }
+                        got_data
+                    } else if res == sys::UBLK_IO_RES_NEED_GET_DATA as i32 {
+                        if let Some(op) = get_data_op {
+                            get_data |= need_get_data(q, path, pending, op, tag);
+                        }
+                        false
+                    } else {
+                        res == sys::UBLK_IO_RES_OK as i32
                     };
-                    start_io(q, path, pending, geo, tag);
-                }
-            },
-            to_wait,
-        );
-        (cq_fired, cm_fired, r)
+                    if arrived {
+                        if !clock_set {
+                            path.set_clock(clock_ms());
+                            clock_set = true;
+                        }
+                        // the bound as it is now: a resize may have moved it while the queue slept
+                        let geo = Geometry {
+                            blocks: shared.blocks.load(Relaxed),
+                            ..geo
+                        };
+                        start_io(q, path, pending, geo, tag);
+                    }
+                },
+                to_wait,
+            );
+            // what was committed before this enter went to the kernel with it
+            path.committed(&mut |d, b| commit(q, b, pending, d));
+            if !get_data || r.is_err() {
+                return (cq_fired, cm_fired, r);
+            }
+            to_wait = 0;
+        }
     }
 }
 
@@ -374,9 +430,63 @@ fn commit(q: &UblkQueue, bufs: &TagBufs, pending: &mut Pending, d: Done) {
     pending.io.record(t.kind, t.len, res >= 0, us);
     let _ = q.complete_io_cmd_unified(
         tag,
-        BufDesc::Slice(bufs.ios()[usize::from(tag)].as_slice()),
+        commit_buf(bufs, tag, t.kind),
         Ok(UblkIORes::Result(res)),
     );
+}
+
+/// What a COMMIT names as tag `tag`'s data: the tag's buffer; with a pool, a read's span (the
+/// kernel copies the data out of it as the COMMIT is submitted) and nothing for the others.
+fn commit_buf(bufs: &TagBufs, tag: u16, kind: IoKind) -> BufDesc<'_> {
+    if !bufs.is_pool() {
+        let b = bufs.ios().get(usize::from(tag));
+        return BufDesc::Slice(b.map_or(&[], |b| b.as_slice()));
+    }
+    match kind {
+        IoKind::Read => BufDesc::RawAddress(bufs.commit_addr(tag) as *const u8),
+        _ => BufDesc::Slice(&[]),
+    }
+}
+
+/// A pool write arrived without its data (NEED_GET_DATA): reserves its span and asks the kernel
+/// to copy the data there, or leaves it waiting for room. Returns whether it asked.
+fn need_get_data(
+    q: &UblkQueue,
+    path: &mut Path<Relogin>,
+    pending: &mut Pending,
+    op: u32,
+    tag: u16,
+) -> bool {
+    let len = q.get_iod(tag).nr_sectors << 9;
+    match path.reserve(tag, len) {
+        Ok(Some(addr)) => {
+            submit_get_data(q, op, tag, addr);
+            true
+        }
+        Ok(None) => false,
+        // larger than the pool, which holds the device's largest I/O: not from this kernel
+        Err(errno) => {
+            pending.io.record(IoKind::Write, len, false, 0);
+            let _ =
+                q.complete_io_cmd_unified(tag, BufDesc::Slice(&[]), Ok(UblkIORes::Result(-errno)));
+            false
+        }
+    }
+}
+
+/// A NEED_GET_DATA command for tag `tag`: the kernel copies the write's data to `addr` and hands
+/// the command over (user data [`OP_GET_DATA`]).
+fn submit_get_data(q: &UblkQueue, op: u32, tag: u16, addr: u64) {
+    // struct ublksrv_io_cmd: q_id, tag, result, addr
+    let mut cmd = [0u8; 16];
+    cmd[0..2].copy_from_slice(&q.get_qid().to_ne_bytes());
+    cmd[2..4].copy_from_slice(&tag.to_ne_bytes());
+    cmd[8..16].copy_from_slice(&addr.to_ne_bytes());
+    let sqe = io_uring::opcode::UringCmd16::new(io_uring::types::Fixed(0), op)
+        .cmd(cmd)
+        .build()
+        .user_data(UblkIOCtx::build_user_data(tag, OP_GET_DATA, 0, true));
+    let _ = q.ublk_submit_sqe_sync(sqe);
 }
 
 /// Starts ublk command `tag` on the path, or completes it at once with its error.
@@ -420,10 +530,11 @@ fn start_io(
         Some(bop) => path.submit(tag, bop, off, len, &geo),
     };
     if let Err(errno) = result {
-        pending.io.record(pending.tags[idx].kind, len, false, 0);
+        let kind = pending.tags[idx].kind;
+        pending.io.record(kind, len, false, 0);
         let _ = q.complete_io_cmd_unified(
             tag,
-            BufDesc::Slice(path.bufs().ios()[idx].as_slice()),
+            commit_buf(path.bufs(), tag, kind),
             Ok(UblkIORes::Result(-errno)),
         );
     }

@@ -22,14 +22,14 @@ pid=$(pidof srp-ublk) || fail "no daemon running"
 # scheduler autogroup apart from the applications it serves
 sid=$(sed 's/.*) //' /proc/$pid/stat | cut -d' ' -f4)
 expect_eq "daemon's session id" "$sid" "$pid"
-# the tag buffers are registered (pinned) for the login: at the default depth (64) a queue's largest
-# I/O is 128 KiB, which each tag registers whole, so that its buffers stay within 8 MiB
+# a queue registers (pins) a pool of 6 MiB for the login, not a buffer of the largest I/O per tag
+# (ublk's NEED_GET_DATA: each command names its buffer): with the channel's IUs, under 8 MiB
 expect_eq "largest I/O (KiB) at depth 64" "$(cat /sys/block/ublkb0/queue/max_hw_sectors_kb)" 128
 nq=$(ls -d /sys/block/ublkb0/mq/* | wc -l)
 pin=$(awk '/^VmPin/{print $2}' /proc/$pid/status)
 echo "VmPin ${pin} kB for $nq queue(s)"
-[ "$pin" -gt $((nq * 8192)) ] || fail "VmPin $pin kB: less than the tag buffers ($nq x 8 MiB): is it still counted?"
-[ "$pin" -le $((nq * 9216)) ] || fail "VmPin $pin kB for $nq queue(s): more than 9 MiB per queue"
+[ "$pin" -gt $((nq * 6144)) ] || fail "VmPin $pin kB: less than the pools ($nq x 6 MiB): is it still counted?"
+[ "$pin" -le $((nq * 8192)) ] || fail "VmPin $pin kB for $nq queue(s): more than 8 MiB per queue"
 ok "pinned per queue: $((pin / nq)) kB"
 /usr/bin/rdma res show qp | grep -q srp-ublk || fail "no QP owned by srp-ublk"
 srp-ublk del -n 0 || fail "del"
@@ -40,17 +40,17 @@ ok "device and daemon gone"
 dev=$(srp-ublk add --target "$SRP_TARGET,max_sect=1024" --queues 1) || fail "add with max_sect=1024: $dev"
 expect_eq "largest I/O (KiB) with max_sect=1024" "$(cat /sys/block/ublkb0/queue/max_hw_sectors_kb)" 512
 pin=$(awk '/^VmPin/{print $2}' /proc/$(pidof srp-ublk)/status)
-# not depth x 512 KiB (32 MiB): each tag registers its first 128 KiB, and four 512 KiB staging
-# buffers take the larger commands (10 MiB, and the receive ring and send slots)
-[ "$pin" -ge 10240 ] || fail "VmPin $pin kB with 512 KiB commands: less than 64 x 128 KiB + 4 x 512 KiB: is it still counted?"
-[ "$pin" -le 11264 ] || fail "VmPin $pin kB with 512 KiB commands: more than 11 MiB for one queue"
+# not depth x 512 KiB (32 MiB): the same 6 MiB pool, twelve 512 KiB commands at a time
+[ "$pin" -gt 6144 ] || fail "VmPin $pin kB with 512 KiB commands: less than the 6 MiB pool: is it still counted?"
+[ "$pin" -le 8192 ] || fail "VmPin $pin kB with 512 KiB commands: more than 8 MiB for one queue"
 ok "pinned with 512 KiB commands: $pin kB"
-# 1 MiB requests: two 512 KiB commands each, four staging buffers for up to eight of them
+# 1 MiB requests (two 512 KiB commands each); then sixteen 512 KiB writes at a time for room for
+# twelve: the others wait for room, in order, under fio's verify
 pattern /tmp/p2 8
 dd if=/tmp/p2 of=/dev/ublkb0 bs=1M seek=20 oflag=direct conv=fsync 2>/dev/null || fail "write 512 KiB commands"
-fio --name=big --filename=/dev/ublkb0 --direct=1 --ioengine=libaio --iodepth=8 --rw=randwrite \
+fio --name=big --filename=/dev/ublkb0 --direct=1 --ioengine=libaio --iodepth=16 --rw=randwrite \
     --bs=512k --offset=64M --size=16M --verify=crc32c --verify_fatal=1 --output-format=terse \
-    >/tmp/fio-big.txt 2>&1 || { cat /tmp/fio-big.txt; fail "fio verify with 512 KiB commands at depth 8"; }
+    >/tmp/fio-big.txt 2>&1 || { cat /tmp/fio-big.txt; fail "fio verify with 512 KiB commands at depth 16"; }
 expect_eq "8 MiB read back in 512 KiB commands" "$(sha_range /dev/ublkb0 20 8)" "$(sha256sum < /tmp/p2 | cut -c1-64)"
 srp-ublk del -n 0 || fail "del"
 # LIO closes its side once we disconnect: no target QP left for our session
