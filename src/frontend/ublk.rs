@@ -553,9 +553,10 @@ const QUIESCE_WAIT: Duration = Duration::from_secs(30);
 
 /// Takes over device `id`, which a dead daemon left quiesced: checks it is waiting for recovery
 /// with the queues and depth this session serves, then starts user recovery.
-/// The tag buffers are sized by the device's own `max_io_buf_bytes`, not by this session's largest
-/// I/O: the kernel copies a request of up to that size into its tag's buffer, and the device may
-/// have been made with another size (an older binary, another depth or `max_sect`).
+/// The data buffers are sized by the device's own `max_io_buf_bytes` and flags, not by this
+/// session's: the kernel copies a request of up to that size, into its tag's buffer unless the
+/// device was made with NEED_GET_DATA (a pool), and the device may have been made by an older
+/// binary, with another depth or `max_sect`.
 fn recover_ctrl(id: i32, queues: u16, depth: u16) -> Result<UblkCtrl, UblkFrontError> {
     let ublk = |what, source| UblkFrontError::Ublk { what, source };
     // ublk quiesces a device shortly after its daemon's queues are gone (an exec'd daemon image

@@ -1,7 +1,7 @@
 //! One queue's path to its LUN: the SRP channel and everything that keeps it serving, for both
 //! front ends.
 //!
-//! A [`Path`] owns the channel, its tag buffers (registered again on every login), its link state
+//! A [`Path`] owns the channel, its data buffers (registered again on every login), its link state
 //! ([`Rport`]: ib_srp's transport-class timers) and how it logs in again ([`Connect`]). When the
 //! channel goes down it holds I/O, logs in again every reconnect_delay, re-issues what it held in
 //! the order it was first sent on the re-keyed buffers, fails I/O after fast_io_fail_tmo and gives
@@ -160,7 +160,7 @@ impl<C: Connect> Path<C> {
         self.session = Some(Member { link, qid, epoch });
     }
 
-    /// The tag buffers.
+    /// The data buffers.
     pub fn bufs(&self) -> &TagBufs {
         &self.bufs
     }

@@ -26,10 +26,10 @@ pub const EXTRA_SLOTS: u16 = 4;
 pub const MAX_IMM_DATA: u32 = 8192;
 /// Largest I/O srp-ublk issues.
 pub const MAX_IO_BYTES: u32 = 512 * 1024;
-/// What a ublk queue's tag buffers (each the size of the largest I/O; what the login registers, and
-/// so pins, of them is [`crate::rdma::TagBufs::budgeted`]) may take when the target string sets no
-/// `max_sect`: its default largest I/O is this over the queue depth, within
-/// [`MIN_DEFAULT_IO_BYTES`] and [`MAX_IO_BYTES`] ([`default_max_io`]).
+/// Sizes a ublk device's default largest I/O when the target string sets no `max_sect`: this over
+/// the queue depth, within [`MIN_DEFAULT_IO_BYTES`] and [`MAX_IO_BYTES`] ([`default_max_io`]). It
+/// bounded what per-tag buffers pin; a queue's pool has its own bound
+/// ([`crate::rdma::TagBufs::pooled`]).
 pub const BUF_BUDGET_PER_QUEUE: u32 = 8 << 20;
 /// The default largest I/O never goes below this, whatever the depth.
 pub const MIN_DEFAULT_IO_BYTES: u32 = 64 * 1024;

@@ -314,50 +314,78 @@ impl Queue<'_> {
             let r = q.flush_and_wake_io_tasks(
                 |data, cqe, _last| {
                     let tag = UblkIOCtx::user_data_to_tag(data) as u16;
-                    let res = cqe.result();
-                    let mut got_data = false;
-                    let arrived = if data & UblkUringData::Target as u64 != 0 {
+                    match Cqe::of(data, cqe.result()) {
+                        Cqe::Command => {
+                            if !clock_set {
+                                path.set_clock(clock_ms());
+                                clock_set = true;
+                            }
+                            // the bound as it is now: a resize may have moved it while the
+                            // queue slept
+                            let geo = Geometry {
+                                blocks: shared.blocks.load(Relaxed),
+                                ..geo
+                            };
+                            start_io(q, path, pending, geo, tag);
+                        }
+                        Cqe::NeedsData => {
+                            if let Some(op) = get_data_op {
+                                get_data |= need_get_data(q, path, pending, op, tag);
+                            }
+                        }
                         // a poll armed on an earlier login's fds means nothing now
-                        let current = tag == gen;
-                        match UblkIOCtx::user_data_to_op(data) {
-                            OP_POLL_CQ if current => cq_fired = true,
-                            OP_POLL_CM if current => cm_fired = true,
+                        Cqe::Target(op) => match op {
+                            OP_POLL_CQ if tag == gen => cq_fired = true,
+                            OP_POLL_CM if tag == gen => cm_fired = true,
                             OP_TICK => *tick_poll = false,
                             OP_POLL_WAKE => *wake_poll = false,
-                            // a write whose data is in its span now (an abort: the device stops)
-                            OP_GET_DATA => got_data = res == sys::UBLK_IO_RES_OK as i32,
                             _ => {}
-                        }
-                        got_data
-                    } else if res == sys::UBLK_IO_RES_NEED_GET_DATA as i32 {
-                        if let Some(op) = get_data_op {
-                            get_data |= need_get_data(q, path, pending, op, tag);
-                        }
-                        false
-                    } else {
-                        res == sys::UBLK_IO_RES_OK as i32
-                    };
-                    if arrived {
-                        if !clock_set {
-                            path.set_clock(clock_ms());
-                            clock_set = true;
-                        }
-                        // the bound as it is now: a resize may have moved it while the queue slept
-                        let geo = Geometry {
-                            blocks: shared.blocks.load(Relaxed),
-                            ..geo
-                        };
-                        start_io(q, path, pending, geo, tag);
+                        },
+                        Cqe::Other => {}
                     }
                 },
                 to_wait,
             );
-            // what was committed before this enter went to the kernel with it
-            path.committed(&mut |d, b| commit(q, b, pending, d));
+            // what was committed before this enter went to the kernel with it (and the kernel
+            // copied the reads' data out as it took each COMMIT)
+            if r.is_ok() && sq_drained() {
+                path.committed(&mut |d, b| commit(q, b, pending, d));
+            }
             if !get_data || r.is_err() {
                 return (cq_fired, cm_fired, r);
             }
             to_wait = 0;
+        }
+    }
+}
+
+/// What a CQE of the queue's ring says.
+enum Cqe {
+    /// A ublk command to start (with a pool, a write's comes back from NEED_GET_DATA with its
+    /// data in its span).
+    Command,
+    /// A pool write without its data: it needs a span and a NEED_GET_DATA.
+    NeedsData,
+    /// One of the loop's own operations (`OP_*`).
+    Target(u32),
+    /// Nothing to act on (an abort: the device stops).
+    Other,
+}
+
+impl Cqe {
+    fn of(data: u64, res: i32) -> Cqe {
+        let ok = res == sys::UBLK_IO_RES_OK as i32;
+        if data & UblkUringData::Target as u64 == 0 {
+            return match res {
+                _ if ok => Cqe::Command,
+                r if r == sys::UBLK_IO_RES_NEED_GET_DATA as i32 => Cqe::NeedsData,
+                _ => Cqe::Other,
+            };
+        }
+        match UblkIOCtx::user_data_to_op(data) {
+            OP_GET_DATA if ok => Cqe::Command,
+            OP_GET_DATA => Cqe::Other,
+            op => Cqe::Target(op),
         }
     }
 }
@@ -393,6 +421,15 @@ fn ring_needs_enter() -> bool {
         }
         drop(sq);
         !r.completion().is_empty()
+    })
+}
+
+/// Whether the kernel took every SQE pushed so far.
+fn sq_drained() -> bool {
+    libublk::io::with_task_io_ring_mut(|r| {
+        let mut sq = r.submission();
+        sq.sync();
+        sq.is_empty()
     })
 }
 
