@@ -321,7 +321,12 @@ impl<C: Connect> Path<C> {
                 )
             }
             None => {
-                let b = self.data.get(usize::from(tag)).copied();
+                // a pool has no tag regions: what holds no span has no data (a FLUSH)
+                let b = if self.bufs.is_pool() {
+                    None
+                } else {
+                    self.data.get(usize::from(tag)).copied()
+                };
                 send(
                     &mut self.ch,
                     tag,

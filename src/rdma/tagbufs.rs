@@ -73,7 +73,7 @@ pub struct TagBufs {
     /// The area offset of the span each tag's latest pool command took (what its commit names).
     spans: Vec<u32>,
     /// With a pool, what FETCH names for each tag (libublk wants a buffer per tag unless the
-    /// device copies by itself): never touched, by the kernel either, so never resident.
+    /// device copies by itself): neither the kernel nor the daemon reads or writes them.
     fetch: Vec<IoBuf<u8>>,
 }
 

@@ -2,6 +2,7 @@
 # reads back identical through the kernel ib_srp device.
 . /usr/lib/srp-lab/suite/lib.sh
 trap 'kill $SRV 2>/dev/null; ublk_cleanup' EXIT
+rm -f /tmp/serve.out    # an earlier test's: the wait below must see this serve's
 srp-ublk serve --nbd unix:/run/srp-ublk/lun0.sock --name lun0 --target "$SRP_TARGET" --queues 2 \
     > /tmp/serve.out 2> /tmp/serve.err &
 SRV=$!

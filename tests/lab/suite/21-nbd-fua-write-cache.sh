@@ -12,6 +12,9 @@ SOCK=/run/srp-ublk/fua.sock
 URI="nbd+unix:///fua?socket=$SOCK"
 OPTS="driver=nbd,server.type=unix,server.path=$SOCK,export=fua"
 serve() {
+    # the last case's output goes first: the redirection below truncates it only once the
+    # background job runs, and the wait must not see the old "serving" line
+    rm -f /tmp/serve.out
     srp-ublk serve --nbd unix:$SOCK --name fua --target "$SRP_TARGET" --lun 2 --queues 1 \
         > /tmp/serve.out 2> /tmp/serve.err &
     SRV=$!

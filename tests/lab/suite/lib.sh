@@ -14,6 +14,8 @@ pattern() { dd if=/dev/urandom of="$1" bs=1M count="$2" 2>/dev/null; }
 # /tmp/serve.err), once it listens
 nbd_serve() {
     _sock=$1; _name=$2; shift 2
+    # an earlier serve's output goes first (the redirection truncates it only once the job runs)
+    rm -f /tmp/serve.out
     srp-ublk serve --nbd "unix:$_sock" --name "$_name" --target "${NBD_TARGET:-$SRP_TARGET}" "$@" \
         > /tmp/serve.out 2> /tmp/serve.err &
     SRV=$!
