@@ -348,7 +348,7 @@ impl<C: Connect> Path<C> {
     fn start_waiting(&mut self, done: &mut dyn FnMut(Done, &TagBufs)) {
         let mut started = false;
         while let Some(w) = self.stage.next_waiter() {
-            if let Waiter::Start(r) = w {
+            if let Waiter::Start { r, .. } = w {
                 match self.start(r) {
                     Ok(()) => started = true,
                     Err(errno) => done(Done::failed(r.tag, errno), &self.bufs),

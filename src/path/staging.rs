@@ -54,8 +54,8 @@ pub(super) enum Plan {
 /// Who waits for room in the area.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Waiter {
-    /// A command to send once it holds a span.
-    Start(Request),
+    /// A command to send once it holds a span of `bytes`.
+    Start { r: Request, bytes: u32 },
     /// A pool write whose data the kernel copies in once it holds a span of `len` bytes.
     Reserve { tag: u16, len: u32 },
 }
@@ -63,14 +63,15 @@ pub(super) enum Waiter {
 impl Waiter {
     fn tag(&self) -> u16 {
         match *self {
-            Waiter::Start(r) => r.tag,
+            Waiter::Start { r, .. } => r.tag,
             Waiter::Reserve { tag, .. } => tag,
         }
     }
 
+    /// The bytes of the area it waits for, and whether it is a read.
     fn wants(&self) -> (u32, bool) {
         match *self {
-            Waiter::Start(r) => (r.len, r.op == BlockOp::Read),
+            Waiter::Start { r, bytes } => (bytes, r.op == BlockOp::Read),
             Waiter::Reserve { len, .. } => (len, false),
         }
     }
@@ -247,9 +248,11 @@ impl Staging {
         self.held.get(usize::from(tag)).copied().flatten()
     }
 
-    /// Queues a command for room in the area.
-    pub fn wait(&mut self, w: Request) {
-        self.waiting.push_back(Waiter::Start(w));
+    /// Queues a command [`Staging::plan`] told to wait, for the room it needs (an UNMAP's
+    /// parameters, not the range it unmaps).
+    pub fn wait(&mut self, r: Request) {
+        let bytes = self.needs(r.op, r.len).unwrap_or(r.len);
+        self.waiting.push_back(Waiter::Start { r, bytes });
     }
 
     /// The first waiter, now holding its span, once there is room for it.
@@ -320,7 +323,7 @@ impl Staging {
     pub fn take_waiting(&mut self) -> Vec<Request> {
         let mut out = Vec::new();
         self.waiting.retain(|w| match *w {
-            Waiter::Start(r) => {
+            Waiter::Start { r, .. } => {
                 out.push(r);
                 false
             }

@@ -551,3 +551,21 @@ fn a_held_pool_read_is_reissued_at_its_span_on_the_new_login() {
     assert_eq!((done.len(), done[0].0, done[0].1), (1, 1, 0));
     assert!(done[0].2 == pattern(5), "the re-issued read's data");
 }
+
+#[test]
+fn a_waiting_pool_discard_waits_for_its_parameters_not_its_range() {
+    let c = FakeConnect::default();
+    let mut p = pool_path(&c, BIG);
+    let t0 = Instant::now();
+    assert!(p.reserve(0, BIG).expect("fits").is_some());
+    // 512 KiB unmapped: 4 KiB of UNMAP parameters, after the write that fills the pool
+    p.submit(1, BlockOp::Discard, 0, 16 * BIG, &GEO)
+        .expect("queued");
+    assert_eq!(p.busy(), 1);
+    submit_big(&mut p, 0, BlockOp::Write { fua: false }, 0);
+    let mut done = service_pool(&mut p, t0);
+    done.extend(service_pool(&mut p, t0));
+    let got: Vec<(u16, i32)> = done.iter().map(|d| (d.0, d.1)).collect();
+    assert_eq!(got, [(0, 0), (1, 0)]);
+    assert_eq!(p.busy(), 0);
+}
