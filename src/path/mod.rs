@@ -289,6 +289,13 @@ impl<C: Connect> Path<C> {
         }
     }
 
+    /// Whether commands wait for room that the pool reads' COMMITs not yet submitted hold: the
+    /// front end submits them before it sleeps ([`Path::committed`] after), since what it sleeps
+    /// on may never fire otherwise (the reads completed; the waiting command is not out).
+    pub fn commits_hold_waiters(&self) -> bool {
+        self.stage.commits_hold_waiters()
+    }
+
     /// Sends a command from the tag's head or from the span it holds (a staged write's data
     /// copied there first); one that cannot be sent gives its span back.
     fn start(&mut self, r: Request) -> Result<(), i32> {

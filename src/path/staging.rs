@@ -311,6 +311,12 @@ impl Staging {
         any
     }
 
+    /// Whether a command waits for room that only the pending commits give back: the front end
+    /// must submit them before it sleeps, or nothing may wake it.
+    pub fn commits_hold_waiters(&self) -> bool {
+        !self.committing.is_empty() && !self.waiting.is_empty()
+    }
+
     /// A command that was never sent gives its span back.
     pub fn cancel(&mut self, tag: u16) {
         if let Some(h) = self.held.get_mut(usize::from(tag)).and_then(Option::take) {

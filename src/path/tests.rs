@@ -480,10 +480,13 @@ fn pool_commands_take_spans_in_arrival_order_and_reads_keep_theirs_until_committ
         assert!(*data == pattern(*tag as u8 - 4), "tag {tag}'s data");
     }
     // a read's span is the kernel's to copy from until its commit is submitted
+    assert!(!p.commits_hold_waiters(), "nobody waits");
     submit_big(&mut p, 6, BlockOp::Read, 128);
     assert_eq!(p.busy(), 1);
     assert!(service_pool(&mut p, t0).is_empty(), "waits for the commits");
+    assert!(p.commits_hold_waiters(), "the front end must not sleep now");
     p.committed(&mut |_, _| {});
+    assert!(!p.commits_hold_waiters());
     let done = service_pool(&mut p, t0);
     assert_eq!((done.len(), done[0].0, done[0].1), (1, 6, 0));
     assert!(done[0].2 == pattern(2));

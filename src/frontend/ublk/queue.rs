@@ -177,7 +177,7 @@ impl Queue<'_> {
             if to_wait == 1 || loops % 1024 == 0 {
                 self.status.publish(path, &pending.io);
             }
-            if to_wait == 1 && self.prepare_sleep(path, pending) {
+            if to_wait == 1 && (self.prepare_sleep(path, pending) || path.commits_hold_waiters()) {
                 to_wait = 0;
             }
             let (cq_fired, cm_fired, r) = self.reap(path, pending, to_wait, up, loops);
