@@ -296,6 +296,11 @@ impl<C: Connect> Path<C> {
         self.stage.commits_hold_waiters()
     }
 
+    /// Whether pool reads finished whose spans wait for their COMMITs to reach the kernel.
+    pub fn commits_pending(&self) -> bool {
+        self.stage.commits_pending()
+    }
+
     /// Sends a command from the tag's head or from the span it holds (a staged write's data
     /// copied there first); one that cannot be sent gives its span back.
     fn start(&mut self, r: Request) -> Result<(), i32> {

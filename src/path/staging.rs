@@ -197,8 +197,14 @@ impl Staging {
     fn needs(&self, op: BlockOp, len: u32) -> Option<u32> {
         match op {
             BlockOp::Read | BlockOp::Write { .. } if len > self.head && self.units.count > 0 => {
-                // too large for the area: sent from the tag as it is, it is refused (EINVAL)
-                (len <= self.units.count * self.unit).then_some(len)
+                // a pool command takes a span of any size up to the pool; a staged one, one staging
+                // buffer. Longer, it is sent from the tag as it is, and refused (EINVAL)
+                let most = if self.pool {
+                    self.units.count * self.unit
+                } else {
+                    self.unit
+                };
+                (len <= most).then_some(len)
             }
             // a pool has no tag buffers: the scratch data of an UNMAP, WRITE SAME or GET LBA
             // STATUS takes a span too
@@ -311,10 +317,15 @@ impl Staging {
         any
     }
 
+    /// Whether pool reads' spans wait for their commits to be submitted.
+    pub fn commits_pending(&self) -> bool {
+        !self.committing.is_empty()
+    }
+
     /// Whether a command waits for room that only the pending commits give back: the front end
     /// must submit them before it sleeps, or nothing may wake it.
     pub fn commits_hold_waiters(&self) -> bool {
-        !self.committing.is_empty() && !self.waiting.is_empty()
+        self.commits_pending() && !self.waiting.is_empty()
     }
 
     /// A command that was never sent gives its span back.

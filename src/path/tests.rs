@@ -410,7 +410,8 @@ fn fast_io_fail_fails_the_commands_waiting_for_a_staging_buffer_too() {
 #[test]
 fn a_command_larger_than_every_buffer_is_refused_not_left_waiting() {
     let c = FakeConnect::default();
-    for mut p in [path(&c), staged_path(&c, 1)] {
+    // two staging buffers side by side are still not one buffer of twice the size
+    for mut p in [path(&c), staged_path(&c, 1), staged_path(&c, 2)] {
         let r = p.submit(0, BlockOp::Read, 0, BUF * 2, &GEO);
         assert_eq!((r, p.busy()), (Err(libc::EINVAL), 0));
         // the staging buffer it took was given back

@@ -348,7 +348,7 @@ impl Queue<'_> {
             );
             // what was committed before this enter went to the kernel with it (and the kernel
             // copied the reads' data out as it took each COMMIT)
-            if r.is_ok() && sq_drained() {
+            if r.is_ok() && path.commits_pending() && sq_drained() {
                 path.committed(&mut |d, b| commit(q, b, pending, d));
             }
             if !get_data || r.is_err() {
