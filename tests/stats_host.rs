@@ -22,7 +22,8 @@ fn prometheus_text_parses_and_carries_the_counters() {
         "block_size": 512, "depth": 64, "poll": "adaptive", "vendor": "V", "product": "P",
         "serial": null, "wwid": null, "rdma_device": "rxe0", "log": "",
         "queues": [{"qid": 0, "tid": 1, "req_lim_login": 128, "req_lim": 128, "cmds": 6,
-                    "credit_stalls": 3, "slot_stalls": 4, "state": "running", "reconnects": 2, "aborts": 1,
+                    "credit_stalls": 3, "slot_stalls": 4, "buffer_stalls": 5, "state": "running",
+                    "reconnects": 2, "aborts": 1,
                     "io": io}]
     });
     std::fs::write(dir.join("ublkb7.json"), state.to_string()).unwrap();
@@ -61,6 +62,7 @@ for fam in text_string_to_metric_families(text):
         "counter srp_ublk_io_errors_total - 1.0",
         "counter srp_ublk_credit_stalls_total - 3.0",
         "counter srp_ublk_send_slot_stalls_total - 4.0",
+        "counter srp_ublk_buffer_stalls_total - 5.0",
         "counter srp_ublk_reconnects_total - 2.0",
         "counter srp_ublk_aborts_total - 1.0",
         "gauge srp_ublk_queue_running - 0.0", // pid 1 is not this device's daemon
@@ -94,7 +96,8 @@ fn text_rates_between_two_state_writes() {
             "block_size": 512, "depth": 64, "poll": "adaptive", "vendor": "V", "product": "P",
             "serial": null, "wwid": null, "rdma_device": "rxe0", "log": "", "updated_ms": ms,
             "queues": [{"qid": 0, "tid": 1, "req_lim_login": 128, "req_lim": 128, "cmds": n,
-                        "credit_stalls": n / 100, "slot_stalls": n / 10, "state": "running",
+                        "credit_stalls": n / 100, "slot_stalls": n / 10, "buffer_stalls": n / 4,
+                        "state": "running",
                         "reconnects": 0, "aborts": 0, "io": io}]
         })
         .to_string()
@@ -107,7 +110,8 @@ fn text_rates_between_two_state_writes() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // the daemon's next write, 2 s of counters later: 2000 writes, 20 credit and 200 slot stalls
+    // the daemon's next write, 2 s of counters later: 2000 writes, 20 credit, 200 slot and 500
+    // buffer stalls
     std::thread::sleep(std::time::Duration::from_millis(600));
     std::fs::write(&file, state(12_000, 2000)).unwrap();
     let out = child.wait_with_output().unwrap();
@@ -115,7 +119,7 @@ fn text_rates_between_two_state_writes() {
     assert!(out.status.success(), "stats failed: {text}");
     for want in [
         "/dev/ublkb3  read 0 IOPS 0.0 MB/s  write 1000 IOPS 4.1 MB/s",
-        "credit stalls 20  slot stalls 200  reconnects 0  aborts 0",
+        "credit stalls 20  slot stalls 200  buffer stalls 500  reconnects 0  aborts 0",
         "    q0  read 0 IOPS",
     ] {
         assert!(text.contains(want), "missing '{want}' in:\n{text}");

@@ -724,6 +724,7 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus
         q.cmds = s.cmds.load(Relaxed);
         q.credit_stalls = s.credit_stalls.load(Relaxed);
         q.slot_stalls = s.slot_stalls.load(Relaxed);
+        q.buffer_stalls = s.buffer_stalls.load(Relaxed);
         q.state = LinkState::from_u8(s.state.load(Relaxed)).as_str().into();
         q.reconnects = s.reconnects.load(Relaxed);
         q.luns_changed = s.luns_changed.load(Relaxed);

@@ -119,6 +119,8 @@ struct Events {
     credit_stalls: u64,
     /// Commands that had their credit but waited for a free send slot.
     slot_stalls: u64,
+    /// Commands that waited for room in the queue's buffers.
+    buffer_stalls: u64,
     reconnects: u64,
     aborts: u64,
 }
@@ -128,6 +130,7 @@ impl Events {
         all.fold(Events::default(), |a, e| Events {
             credit_stalls: a.credit_stalls + e.credit_stalls,
             slot_stalls: a.slot_stalls + e.slot_stalls,
+            buffer_stalls: a.buffer_stalls + e.buffer_stalls,
             reconnects: a.reconnects + e.reconnects,
             aborts: a.aborts + e.aborts,
         })
@@ -152,6 +155,7 @@ impl Rates {
                     Events {
                         credit_stalls: delta(q.credit_stalls, |x| x.credit_stalls),
                         slot_stalls: delta(q.slot_stalls, |x| x.slot_stalls),
+                        buffer_stalls: delta(q.buffer_stalls, |x| x.buffer_stalls),
                         reconnects: delta(q.reconnects, |x| x.reconnects),
                         aborts: delta(q.aborts, |x| x.aborts),
                     },
@@ -203,7 +207,7 @@ impl Rates {
         });
         format!(
             "read {:.0} IOPS {:.1} MB/s  write {:.0} IOPS {:.1} MB/s  other {:.0}/s  {lat}  errors {}  \
-             credit stalls {}  slot stalls {}  reconnects {}  aborts {}",
+             credit stalls {}  slot stalls {}  buffer stalls {}  reconnects {}  aborts {}",
             self.read_iops,
             self.read_mb_s,
             self.write_iops,
@@ -212,6 +216,7 @@ impl Rates {
             self.errors,
             self.events.credit_stalls,
             self.events.slot_stalls,
+            self.events.buffer_stalls,
             self.events.reconnects,
             self.events.aborts
         )
@@ -242,7 +247,7 @@ const LE_POW2: std::ops::RangeInclusive<u32> = 4..=23;
 /// reads), names after the Prometheus conventions (`_total` counters, base units: bytes, seconds).
 fn prometheus(devs: &[DeviceState]) -> String {
     type Get = fn(&srp_ublk::session::state::QueueState) -> u64;
-    let counters: [(&str, &str, Get); 10] = [
+    let counters: [(&str, &str, Get); 11] = [
         ("srp_ublk_read_ops_total", "Reads completed.", |q| {
             q.io.read_ops
         }),
@@ -274,6 +279,11 @@ fn prometheus(devs: &[DeviceState]) -> String {
             "srp_ublk_send_slot_stalls_total",
             "Times a command had its credit but waited for a free send slot.",
             |q| q.slot_stalls,
+        ),
+        (
+            "srp_ublk_buffer_stalls_total",
+            "Times a command waited for room in its queue's registered buffers.",
+            |q| q.buffer_stalls,
         ),
         (
             "srp_ublk_reconnects_total",

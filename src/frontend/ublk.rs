@@ -46,6 +46,8 @@ pub struct QueueStatus {
     pub credit_stalls: AtomicU64,
     /// Waits for a free send slot.
     pub slot_stalls: AtomicU64,
+    /// Waits for room in the queue's buffers.
+    pub buffer_stalls: AtomicU64,
     /// The channel's [`LinkState`].
     pub state: AtomicU8,
     /// Reconnects that succeeded.
@@ -71,6 +73,7 @@ impl QueueStatus {
         self.cmds.store(st.cmds, Relaxed);
         self.credit_stalls.store(st.credit_stalls, Relaxed);
         self.slot_stalls.store(st.slot_stalls, Relaxed);
+        self.buffer_stalls.store(path.buffer_stalls(), Relaxed);
         self.luns_changed.store(st.luns_changed, Relaxed);
         self.capacity_changed.store(st.capacity_changed, Relaxed);
         self.state.store(path.state() as u8, Relaxed);

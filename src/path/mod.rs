@@ -296,6 +296,11 @@ impl<C: Connect> Path<C> {
         self.stage.commits_hold_waiters()
     }
 
+    /// Commands that waited for room in the buffers (the pool, or a staging buffer) so far.
+    pub fn buffer_stalls(&self) -> u64 {
+        self.stage.stalls()
+    }
+
     /// Whether pool reads finished whose spans wait for their COMMITs to reach the kernel.
     pub fn commits_pending(&self) -> bool {
         self.stage.commits_pending()

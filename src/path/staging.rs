@@ -157,6 +157,8 @@ pub(super) struct Staging {
     committing: Vec<Held>,
     /// Reservations granted since the front end last looked.
     granted: Vec<u16>,
+    /// Commands (and reservations) that waited for room, since the path was made.
+    stalls: u64,
 }
 
 impl Staging {
@@ -170,7 +172,13 @@ impl Staging {
             waiting: VecDeque::new(),
             committing: Vec::new(),
             granted: Vec::new(),
+            stalls: 0,
         }
+    }
+
+    /// Commands (and pool writes' reservations) that had to wait for room so far.
+    pub fn stalls(&self) -> u64 {
+        self.stalls
     }
 
     /// Where tag `tag`'s command `op` of `len` bytes takes its data from; a span it is given (or
@@ -225,6 +233,7 @@ impl Staging {
             return true;
         }
         self.waiting.push_back(Waiter::Reserve { tag, len });
+        self.stalls += 1;
         false
     }
 
@@ -259,6 +268,7 @@ impl Staging {
     pub fn wait(&mut self, r: Request) {
         let bytes = self.needs(r.op, r.len).unwrap_or(r.len);
         self.waiting.push_back(Waiter::Start { r, bytes });
+        self.stalls += 1;
     }
 
     /// The first waiter, now holding its span, once there is room for it.

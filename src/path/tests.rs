@@ -348,6 +348,11 @@ fn commands_larger_than_the_head_are_staged_and_wait_in_order_for_a_staging_buff
     p.buf(3)[..4096].fill(0x77);
     p.submit(3, w, 300 * 512, 4096, &GEO).expect("submitted");
     assert_eq!(p.busy(), 4, "the waiting write counts as busy");
+    assert_eq!(
+        p.buffer_stalls(),
+        1,
+        "the small write took no staging buffer"
+    );
     let mut done = service_big(&mut p, t0);
     // the waiting write went out as a staging buffer came back; its response is the next pass's
     done.extend(service_big(&mut p, t0));
@@ -456,6 +461,7 @@ fn pool_commands_take_spans_in_arrival_order_and_reads_keep_theirs_until_committ
     assert_eq!(p.reserve(2, BIG), Ok(None));
     assert_eq!(p.reserve(3, 4096), Ok(None), "not ahead of the one waiting");
     assert_eq!(p.busy(), 4);
+    assert_eq!(p.buffer_stalls(), 2);
     let done = service_pool(&mut p, t0);
     assert_eq!(
         done.iter().map(|d| (d.0, d.1)).collect::<Vec<_>>(),
@@ -486,6 +492,7 @@ fn pool_commands_take_spans_in_arrival_order_and_reads_keep_theirs_until_committ
     assert_eq!(p.busy(), 1);
     assert!(service_pool(&mut p, t0).is_empty(), "waits for the commits");
     assert!(p.commits_hold_waiters(), "the front end must not sleep now");
+    assert_eq!(p.buffer_stalls(), 3, "a read that waits counts too");
     p.committed(&mut |_, _| {});
     assert!(!p.commits_hold_waiters());
     let done = service_pool(&mut p, t0);

@@ -30,6 +30,9 @@ pub struct QueueState {
     /// Times a command waited for a free send slot.
     #[serde(default)]
     pub slot_stalls: u64,
+    /// Times a command waited for room in the queue's buffers (its pool or staging buffers).
+    #[serde(default)]
+    pub buffer_stalls: u64,
     /// running, blocked, fail-fast or lost (ib_srp's rport states).
     pub state: String,
     /// Reconnects that succeeded.

@@ -52,6 +52,13 @@ fio --name=big --filename=/dev/ublkb0 --direct=1 --ioengine=libaio --iodepth=16 
     --bs=512k --offset=64M --size=16M --verify=crc32c --verify_fatal=1 --output-format=terse \
     >/tmp/fio-big.txt 2>&1 || { cat /tmp/fio-big.txt; fail "fio verify with 512 KiB commands at depth 16"; }
 expect_eq "8 MiB read back in 512 KiB commands" "$(sha_range /dev/ublkb0 20 8)" "$(sha256sum < /tmp/p2 | cut -c1-64)"
+# the writes beyond the twelve waited, and stats says so (the queue publishes its counters as it
+# goes idle, the daemon writes them every 2 s)
+sleep 3
+srp-ublk stats --prometheus /tmp/big.prom || fail "srp-ublk stats --prometheus"
+stalls=$(sed -n 's/^srp_ublk_buffer_stalls_total{[^}]*} //p' /tmp/big.prom | awk '{s += $1} END {print s + 0}')
+[ "$stalls" -gt 0 ] || fail "no buffer stalls counted after 512 KiB writes at depth 16 into a pool of twelve: $(grep buffer_stalls /tmp/big.prom)"
+ok "commands that waited for room in the pool (srp_ublk_buffer_stalls_total): $stalls"
 srp-ublk del -n 0 || fail "del"
 # LIO closes its side once we disconnect: no target QP left for our session
 i=0; while /usr/bin/rdma res show qp | grep -q 'comm \[ib_srpt\]' && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
