@@ -338,12 +338,8 @@ impl<C: Connect> Path<C> {
                 )
             }
             None => {
-                // a pool has no tag regions: what holds no span has no data (a FLUSH)
-                let b = if self.bufs.is_pool() {
-                    None
-                } else {
-                    self.data.get(usize::from(tag)).copied()
-                };
+                let region = self.stage.region(tag, self.bufs.area_region());
+                let b = region.and_then(|i| self.data.get(i)).copied();
                 send(
                     &mut self.ch,
                     tag,
@@ -548,7 +544,7 @@ impl<C: Connect> Path<C> {
         };
         let (stage, area) = (&self.stage, self.bufs.area_region());
         let old = self.ch.reconnect(f.t, f.req_lim, f.max_imm, &mut |tag, b| {
-            match data.get(stage.region(tag, area)) {
+            match stage.region(tag, area).and_then(|i| data.get(i)) {
                 Some(n) => DataBuf {
                     lkey: n.lkey,
                     rkey: n.rkey,

@@ -285,12 +285,13 @@ impl Staging {
         Some(w)
     }
 
-    /// The region a tag's command takes its data from: the area's (`area`) while it holds a
-    /// span, its own head's (`tag`) otherwise.
-    pub fn region(&self, tag: u16, area: usize) -> usize {
+    /// The registered region a tag's command takes its data from: the area's (`area`) while it
+    /// holds a span, else its own head's (`tag`: the heads are the regions before the area), and
+    /// none for a pool command without a span (a FLUSH: a pool has no heads).
+    pub fn region(&self, tag: u16, area: usize) -> Option<usize> {
         match self.held(tag) {
-            Some(_) => area,
-            None => usize::from(tag),
+            Some(_) => Some(area),
+            None => (usize::from(tag) < area).then_some(usize::from(tag)),
         }
     }
 
@@ -396,5 +397,23 @@ mod tests {
         u.give(0, 130);
         assert_eq!(u.take(130), Some(0));
         assert_eq!(Units::new(0).take(1), None);
+    }
+
+    #[test]
+    fn a_command_takes_its_data_from_its_span_its_head_or_nowhere() {
+        // heads: one per tag, regions 0..4, the staging area after them
+        let tags = TagBufs::with_head(4, 64 << 10, 8 << 10, 1);
+        let mut s = Staging::new(&tags);
+        let area = tags.area_region();
+        assert_eq!(s.region(0, area), Some(0), "from its head");
+        assert_eq!(s.plan(3, BlockOp::Read, 64 << 10), Plan::Stage);
+        assert_eq!(s.region(3, area), Some(area), "from its span");
+        // a pool: the area is region 0 and no tag has a head
+        let pool = TagBufs::pool_of(4, 64 << 10, 64 << 10);
+        let mut s = Staging::new(&pool);
+        let area = pool.area_region();
+        assert_eq!(s.region(0, area), None, "a FLUSH has no data region");
+        assert!(s.reserve(1, 4096));
+        assert_eq!(s.region(1, area), Some(area));
     }
 }

@@ -2,13 +2,8 @@
 # reads back identical through the kernel ib_srp device.
 . /usr/lib/srp-lab/suite/lib.sh
 trap 'kill $SRV 2>/dev/null; ublk_cleanup' EXIT
-rm -f /tmp/serve.out    # an earlier test's: the wait below must see this serve's
-srp-ublk serve --nbd unix:/run/srp-ublk/lun0.sock --name lun0 --target "$SRP_TARGET" --queues 2 \
-    > /tmp/serve.out 2> /tmp/serve.err &
-SRV=$!
-i=0; while ! grep -q serving /tmp/serve.out && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+nbd_serve /run/srp-ublk/lun0.sock lun0 --queues 2
 cat /tmp/serve.out /tmp/serve.err
-grep -q "serving NBD export 'lun0'" /tmp/serve.out || fail "serve did not start"
 [ "$(stat -c %a /run/srp-ublk/lun0.sock)" = 600 ] || fail "socket is not 0600"
 URI="nbd+unix:///lun0?socket=/run/srp-ublk/lun0.sock"
 info=$(nbdinfo "$URI") || fail "nbdinfo"

@@ -11,16 +11,7 @@ trap 'kill $SRV 2>/dev/null; restore; ublk_cleanup' EXIT
 SOCK=/run/srp-ublk/fua.sock
 URI="nbd+unix:///fua?socket=$SOCK"
 OPTS="driver=nbd,server.type=unix,server.path=$SOCK,export=fua"
-serve() {
-    # the last case's output goes first: the redirection below truncates it only once the
-    # background job runs, and the wait must not see the old "serving" line
-    rm -f /tmp/serve.out
-    srp-ublk serve --nbd unix:$SOCK --name fua --target "$SRP_TARGET" --lun 2 --queues 1 \
-        > /tmp/serve.out 2> /tmp/serve.err &
-    SRV=$!
-    i=0; while ! grep -q serving /tmp/serve.out && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
-    grep -q "serving NBD export 'fua'" /tmp/serve.out || { cat /tmp/serve.err; fail "serve did not start"; }
-}
+serve() { nbd_serve $SOCK fua --lun 2 --queues 1; }
 # case WCE FUA_WRITE WANT_FLAGS BYTE
 case_() {
     echo "$1" > $rd/attrib/emulate_write_cache || fail "setting emulate_write_cache=$1"
