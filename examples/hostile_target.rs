@@ -17,6 +17,8 @@
 //! - `overlong`: answers with an SRP_RSP whose sense length runs past the IU (and nothing else);
 //! - `credits`: every answer grants 2^30 credits (req_lim would overflow);
 //! - `flood`: after its answer, sends 300 SRP_CRED_REQ and 300 SRP_AER_REQ;
+//! - `idle-aer`: once the initiator has sent nothing for a second after that read, sends one
+//!   SRP_AER_REQ (an idle initiator must still notice what its target sends);
 //! - `logout`: sends SRP_T_LOGOUT right after every login (this one on every login);
 //! - `silent`: answers no command at all (on every login).
 //! - `lba-status`: (with `--thin`) answers every GET LBA STATUS with an extent that starts past
@@ -42,7 +44,7 @@ use srp_ublk::wire::srp::{
     LoginRsp, RspFlags, ScsiLun, SrpRsp, TLogout, TLogoutReason, TskMgmt,
 };
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const BLOCK: u64 = 512;
 const IMM_DATA_OFFSET: usize = 68;
@@ -58,12 +60,13 @@ enum Case {
     Overlong,
     Credits,
     Flood,
+    IdleAer,
     Logout,
     Silent,
     LbaStatus,
 }
 
-const CASES: [(&str, Case); 12] = [
+const CASES: [(&str, Case); 13] = [
     ("none", Case::None),
     ("late-write", Case::LateWrite),
     ("stale-read", Case::StaleRead),
@@ -73,6 +76,7 @@ const CASES: [(&str, Case); 12] = [
     ("overlong", Case::Overlong),
     ("credits", Case::Credits),
     ("flood", Case::Flood),
+    ("idle-aer", Case::IdleAer),
     ("logout", Case::Logout),
     ("silent", Case::Silent),
     ("lba-status", Case::LbaStatus),
@@ -90,6 +94,10 @@ struct Target {
     last_tag: Option<u64>,
     /// Thin provisioned: which blocks a write has mapped.
     mapped: Option<Vec<bool>>,
+    /// When the initiator last sent an IU.
+    last_iu: Instant,
+    /// `idle-aer`: the event is still to be sent.
+    aer_due: bool,
 }
 
 /// What a command's execution ends with.
@@ -344,7 +352,6 @@ impl Target {
             Case::Flood => {
                 respond(p, tag, status, sense, delta)?;
                 eprintln!("hostile: flood: 300 SRP_CRED_REQ and 300 SRP_AER_REQ");
-                let sense = [0x70, 0, 6, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x2a, 9];
                 for i in 0..300u64 {
                     p.send(
                         &CredReq {
@@ -354,24 +361,31 @@ impl Target {
                         }
                         .encode(),
                     )?;
-                    let mut aer = [0u8; 64];
-                    let aer_req = AerReq {
-                        sol_not: 0,
-                        req_lim_delta: 0,
-                        tag: 1000 + i,
-                        lun: ScsiLun::from_int(0),
-                        sense: &sense,
-                    };
-                    let n = aer_req.encode(&mut aer).expect("fits");
-                    p.send(&aer[..n])?;
+                    send_aer(p, 1000 + i)?;
                 }
                 return Ok(());
             }
             Case::Credits => eprintln!("hostile: credits: every answer grants {delta} credits"),
+            Case::IdleAer => self.aer_due = true,
             _ => {}
         }
         respond(p, tag, status, sense, delta)
     }
+}
+
+/// Sends an SRP_AER_REQ for LUN 0 (UNIT ATTENTION: capacity data has changed).
+fn send_aer(p: &mut Peer, tag: u64) -> Result<(), OpFailed> {
+    let sense = [0x70, 0, 6, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x2a, 9];
+    let mut aer = [0u8; 64];
+    let aer_req = AerReq {
+        sol_not: 0,
+        req_lim_delta: 0,
+        tag,
+        lun: ScsiLun::from_int(0),
+        sense: &sense,
+    };
+    let n = aer_req.encode(&mut aer).expect("fits");
+    p.send(&aer[..n])
 }
 
 fn tmf(t: TskMgmt) -> Outcome {
@@ -443,6 +457,15 @@ fn serve(t: &mut Target, peer: &mut Option<Peer>) {
     loop {
         let iu = match p.recv(Duration::from_millis(2)) {
             Ok(Some(iu)) => iu,
+            Ok(None) if t.aer_due && t.last_iu.elapsed() >= Duration::from_secs(1) => {
+                t.aer_due = false;
+                eprintln!("hostile: idle-aer: SRP_AER_REQ to an initiator idle for a second");
+                if let Err(e) = send_aer(p, 1000) {
+                    eprintln!("hostile: {e}: dropping the connection");
+                    *peer = None;
+                }
+                return;
+            }
             Ok(None) => return,
             Err(e) => {
                 eprintln!("hostile: {e}: dropping the connection");
@@ -450,6 +473,7 @@ fn serve(t: &mut Target, peer: &mut Option<Peer>) {
                 return;
             }
         };
+        t.last_iu = Instant::now();
         if t.case == Case::Silent {
             continue;
         }
@@ -529,6 +553,8 @@ fn main() {
         min_bytes,
         last_tag: None,
         mapped: thin.then(|| vec![false; (mib << 20) / BLOCK as usize]),
+        last_iu: Instant::now(),
+        aer_due: false,
     };
     let mut peer: Option<Peer> = None;
     loop {

@@ -27,6 +27,14 @@ const OP_POLL_WAKE: u32 = 5;
 /// span named and hands the command over with this user data.
 const OP_GET_DATA: u32 = 6;
 
+/// How long a queue with nothing out on the fabric sleeps before it arms its CQs. A low-depth
+/// queue's next command usually comes sooner, and the spin then reaps its response with no
+/// completion event to wake for, read and arm again (two system calls and a wake-up per I/O).
+/// Past it (or at the timer the queue already has pending, a second at most) the CQs are armed,
+/// so an unsolicited IU on an idle queue (a credit request, an asynchronous event) waits about as
+/// long as on an idle NBD connection, which polls its CQ every 100 ms.
+const IDLE_ARM: Duration = Duration::from_millis(100);
+
 /// What a queue thread can fail on before it serves.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum QueueError {
@@ -79,6 +87,8 @@ struct Queue<'a> {
     /// The device's NEED_GET_DATA opcode as its queues encode it, when writes need one (the
     /// buffers are a pool).
     get_data_op: Option<u32>,
+    /// Since when the queue has had nothing out on the fabric, once it went to sleep so.
+    idle_since: Option<Instant>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -147,6 +157,7 @@ pub(super) fn run_queue(
         tick_poll: false,
         tick_ts: Duration::ZERO.into(),
         get_data_op,
+        idle_since: None,
     };
     qu.serve(&mut path, &mut pending, waiting);
     path.close(&mut |d, b| commit(&q, b, &mut pending, d));
@@ -171,6 +182,9 @@ impl Queue<'_> {
                 self.cm_poll = submit_poll(self.q, fd, OP_POLL_CM, path.gen());
             }
             let busy = path.busy() > 0;
+            if busy {
+                self.idle_since = None;
+            }
             let spin = up && waiting.spins(path.busy(), spins);
             // while down, the loop ticks (DOWN_TICK) instead of sleeping on the ring
             let mut to_wait = if spin || !up { 0 } else { 1 };
@@ -255,13 +269,15 @@ impl Queue<'_> {
         self.armed_gen = path.gen();
     }
 
-    /// Arms what wakes a sleeping queue: the completion channel and, while commands are out, a
-    /// timer for the channel's timed work. Returns whether something completed meanwhile.
+    /// Arms what wakes a sleeping queue: the completion channel (once the queue has been idle for
+    /// [`IDLE_ARM`], or at once while commands are out) and a timer for the channel's timed work
+    /// or for the idle arm. Returns whether something completed meanwhile.
     fn prepare_sleep(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) -> bool {
+        let idle_left = self.idle_left(path);
         // a poll still out means the CQs are still armed, unless the channel now wants SEND
         // completions too (a command waits for a slot, or a lone command's early wake-up): then
         // the send CQ is armed as well (same fd; a CQ still armed is not armed again)
-        if !self.cq_poll || path.wants_send_completions() {
+        if idle_left.is_none() && (!self.cq_poll || path.wants_send_completions()) {
             if let Some(fd) = path.arm() {
                 if !self.cq_poll {
                     self.cq_poll = submit_poll(self.q, fd, OP_POLL_CQ, path.gen());
@@ -273,7 +289,7 @@ impl Queue<'_> {
         let (n, _) = path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
         self.follow_login(path);
         self.get_granted(path);
-        if let (false, Some(t)) = (self.tick_poll, path.next_tick_in()) {
+        if let (false, Some(t)) = (self.tick_poll, path.next_tick_in().or(idle_left)) {
             self.tick_ts = t
                 .clamp(Duration::from_millis(1), Duration::from_secs(1))
                 .into();
@@ -283,6 +299,19 @@ impl Queue<'_> {
             self.tick_poll = self.q.ublk_submit_sqe_sync(sqe).is_ok();
         }
         n > 0
+    }
+
+    /// How much longer an idle queue sleeps with its CQs unarmed: none once it has been idle for
+    /// [`IDLE_ARM`], or while anything is out on the fabric.
+    fn idle_left(&mut self, path: &Path<Relogin>) -> Option<Duration> {
+        if path.busy() > 0 || path.wants_send_completions() {
+            self.idle_since = None;
+            return None;
+        }
+        let since = *self.idle_since.get_or_insert_with(Instant::now);
+        IDLE_ARM
+            .checked_sub(since.elapsed())
+            .filter(|d| !d.is_zero())
     }
 
     /// Submits and reaps the ring (waiting for `to_wait` completions): starts every new ublk

@@ -1,9 +1,10 @@
 # The hostile SRP target's IU-level cases (examples/hostile_target.rs), each on a fresh device: an
 # answer for a tag never sent, for a tag already answered, a second answer, an SRP_RSP whose sense
-# length runs past the IU, credits that would overflow req_lim, a flood of CRED_REQ / AER_REQ, and
-# SRP_T_LOGOUT right after every login, no answer at all. For each: the data read back is what was
-# written (or `add` fails and says why), the daemon lives and runs, and its log says what happened
-# in a bounded number of lines. (A target that stops answering under I/O is lab test 37's, with LIO.)
+# length runs past the IU, credits that would overflow req_lim, a flood of CRED_REQ / AER_REQ, an
+# AER_REQ to an idle queue, SRP_T_LOGOUT right after every login, no answer at all. For each: the
+# data read back is what was written (or `add` fails and says why), the daemon lives and runs, and
+# its log says what happened in a bounded number of lines. (A target that stops answering under I/O
+# is lab test 37's, with LIO.)
 . /usr/lib/srp-lab/suite/lib.sh
 hostile_setup
 HPID=
@@ -51,6 +52,20 @@ case_io twice "which has no command outstanding: ignored"
 case_io overlong "malformed IU from the target"
 case_io credits "kept at 1048576"
 case_io flood "asynchronous event from the target"
+
+# an SRP_AER_REQ to a queue with nothing out (a queue leaves its CQ unarmed for a while after its
+# last command): the daemon must still take it, within a few seconds and without further I/O
+start idle-aer
+dev=$(srp-ublk add --target "$HT_TARGET" --queues 1 --depth 2) || { cat /tmp/ht-idle-aer.err; fail "idle-aer: add"; }
+dd if=/tmp/p of="$dev" bs=64k oflag=direct 2>/dev/null || fail "idle-aer: writing the pattern"
+got=$(dd if="$dev" bs=64k iflag=direct 2>/dev/null | head -c 4194304 | sha256sum | cut -c1-64)
+expect_eq "idle-aer: data read back" "$got" "$want"
+_i=0; while ! grep -q "hostile: idle-aer" /tmp/ht-idle-aer.err && [ $_i -lt 100 ]; do sleep 0.1; _i=$((_i + 1)); done
+grep "hostile: idle-aer" /tmp/ht-idle-aer.err || fail "idle-aer: the target sent no event"
+t0=$(now); log=$(daemon_log "${dev#/dev/ublkb}")
+_i=0; while ! grep -q "asynchronous event from the target" "$log" && [ $_i -lt 50 ]; do sleep 0.1; _i=$((_i + 1)); done
+expect_contains "idle-aer: daemon log, $(since "$t0") s after the event" "$(cat "$log")" "asynchronous event from the target"
+stop idle-aer
 
 # T_LOGOUT after every login: the login's first command finds the channel logged out; add fails
 # and says so, nothing is left behind
