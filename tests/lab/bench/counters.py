@@ -41,6 +41,12 @@ for f in sorted(os.listdir(raw)):
                 r["cs_per_io"] = v / max(ios, 1)
             elif ev == "task-clock":
                 r["daemon_cpu_us_per_io"] = v * 1e3 / max(ios, 1)  # task-clock is in ms
+    if os.path.exists(base + ".ctx"):
+        # the daemon's threads' own count, fio's run only: a sleep or a yield that let another
+        # task run (voluntary) against a preemption (involuntary)
+        v0, n0, v1, n1 = (int(x) for x in open(base + ".ctx").read().split())
+        r["vcs_per_io"] = (v1 - v0) / max(ios, 1)
+        r["ivcs_per_io"] = (n1 - n0) / max(ios, 1)
     runs.setdefault(case, {}).setdefault(ini, {})[int(rnd)] = r
 
 PROF_LINE = re.compile(r"^\s*(?P<pct>[\d.]+)%\s+(?P<samples>\d+)\s+(?P<comm>\S+)\s+(?P<dso>\S+)\s+"
@@ -49,6 +55,12 @@ PROF_LINE = re.compile(r"^\s*(?P<pct>[\d.]+)%\s+(?P<samples>\d+)\s+(?P<comm>\S+)
 
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
+
+
+def split(row):
+    """The context switches' split, voluntary + involuntary, when the run counted it."""
+    v, n = row["voluntary_cs_per_io"], row["involuntary_cs_per_io"]
+    return "" if v != v or n != n else f" ({v:.2f} + {n:.2f})"
 
 # Where a sample of the whole-guest profile landed. Kernel modules by name; the core kernel's symbols
 # by prefix (the network stack under rxe is the fabric, blk/bio the block layer both initiators use);
@@ -147,7 +159,7 @@ def peer(ini):
 
 
 table = {}
-print("| case | initiator | IOPS | peer | peer IOPS | ratio (median, range) | syscalls/IO | cs/IO | daemon CPU us/IO | guest CPU us/IO srp-ublk / peer |")
+print("| case | initiator | IOPS | peer | peer IOPS | ratio (median, range) | syscalls/IO | cs/IO (voluntary + involuntary) | daemon CPU us/IO | guest CPU us/IO srp-ublk / peer |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for case, by in runs.items():
     # srp_ublk: the default rkey_scope (command); srp_ublk_login: login-wide registrations
@@ -167,6 +179,8 @@ for case, by in runs.items():
             "ratio_max": max(ratios) if ratios else None,
             "syscalls_per_io": m(s, "syscalls_per_io"),
             "cs_per_io": m(s, "cs_per_io"),
+            "voluntary_cs_per_io": m(s, "vcs_per_io"),
+            "involuntary_cs_per_io": m(s, "ivcs_per_io"),
             "daemon_cpu_us_per_io": m(s, "daemon_cpu_us_per_io"),
             "guest_cpu_us_per_io_srp_ublk": m(s, "guest_cpu_us_per_io"),
             "guest_cpu_us_per_io_peer": m(k, "guest_cpu_us_per_io"),
@@ -175,7 +189,7 @@ for case, by in runs.items():
         print(
             f"| {case} | {ini} | {row['srp_ublk_iops']:.0f} | {row['peer']} | {row['peer_iops']:.0f} | "
             f"{row['ratio_median']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f}) | "
-            f"{row['syscalls_per_io']:.2f} | {row['cs_per_io']:.2f} | {row['daemon_cpu_us_per_io']:.1f} | "
+            f"{row['syscalls_per_io']:.2f} | {row['cs_per_io']:.2f}{split(row)} | {row['daemon_cpu_us_per_io']:.1f} | "
             f"{row['guest_cpu_us_per_io_srp_ublk']:.0f} / {row['guest_cpu_us_per_io_peer']:.0f} |"
         )
 print_profiles(raw, table)

@@ -28,8 +28,11 @@ daemon_pid() { grep -o '"pid": *[0-9]*' "/run/srp-ublk/${1#/dev/}.json" | grep -
 # note_pin NAME PID: what that daemon pins per queue, into meta
 note_pin() { echo "pin_kb_per_queue_$1=$(( $(awk '/^VmPin/{print $2}' "/proc/$2/status") / QUEUES ))" >> "$OUT/meta"; }
 
+# ctx PID: the voluntary and involuntary context switches of PID's threads so far
+ctx() { cat /proc/"$1"/task/*/status 2>/dev/null |
+        awk '/^voluntary_ctxt/{v+=$2} /^nonvoluntary_ctxt/{n+=$2} END{print v+0, n+0}'; }
 # run CASE INITIATOR ROUND DEV [PID]: one fio run, perf stat on PID (srp-ublk's daemon) alongside;
-# writes CASE.INITIATOR.ROUND.{json,cpu,perf}
+# writes CASE.INITIATOR.ROUND.{json,cpu,perf,ctx}
 run() {
     _name=${1%%:*}; _rest=${1#*:}
     _rw=$(echo "$_rest" | cut -d: -f1); _bs=$(echo "$_rest" | cut -d: -f2)
@@ -43,12 +46,16 @@ run() {
         sleep 0.2
     fi
     _c0=$(cpu)
+    [ -z "$_pp" ] || _x0=$(ctx "$5")
     fio --name="$_name" --filename="$4" --ioengine=libaio --direct=1 --rw="$_rw" --bs="$_bs" \
         --iodepth="$_qd" --numjobs="$_nj" --group_reporting --runtime="$SECS" --time_based \
         --size=192m --offset_increment=32m --randrepeat=0 --norandommap --eta=never \
         --output-format=json --output="$_f.json" || die "fio $_name on $2 ($4) failed"
     _c1=$(cpu)
-    if [ -n "$_pp" ]; then kill -INT "$_pp"; wait "$_pp"; fi
+    if [ -n "$_pp" ]; then
+        echo "$_x0 $(ctx "$5")" > "$_f.ctx"
+        kill -INT "$_pp"; wait "$_pp"
+    fi
     echo "$_c0 $_c1" > "$_f.cpu"
     echo "counters: $_name $2 round $3: $(grep -o '"iops" : [0-9.]*' "$_f.json" | head -2 | tr '\n' ' ')"
 }
