@@ -3,11 +3,14 @@
 rkey_scope=command; srp_ublk_login: rkey_scope=login; srp_ublk_null: the null backend, whose peer is
 rublk's null target), the median over rounds of its and its peer's IOPS (ib_srp unless said), the
 per-round ratio srp-ublk / peer (median and range), and per I/O: srp-ublk's daemon system calls,
-context switches and CPU time, and the whole guest's CPU time for each; then the whole-guest profile's
-split of that CPU time (initiator, fabric, target, fio, scheduler).
+context switches and CPU time, and the whole guest's CPU time for each; then the completion
+latency's p50 and p99 against the peer, each a ratio taken within the round; with a baseline binary
+(`BENCH_BASELINE`), the new binary against it round by round; then the whole-guest profile's split
+of that CPU time (initiator, fabric, target, fio, scheduler).
 
 usage: counters.py RAW_DIR OUT_JSON"""
 import json
+import math
 import os
 import re
 import statistics
@@ -29,6 +32,12 @@ for f in sorted(os.listdir(raw)):
     c0b, c0t, c1b, c1t = (int(x) for x in open(base + ".cpu").read().split())
     hz = os.sysconf("SC_CLK_TCK")
     r = {"iops": iops, "ios": ios, "guest_cpu_us_per_io": (c1b - c0b) / hz * 1e6 / max(ios, 1)}
+    # completion latency of the direction that did the I/O (the cases are reads or writes)
+    d = job["read"] if job["read"]["total_ios"] >= job["write"]["total_ios"] else job["write"]
+    pct = d.get("clat_ns", {}).get("percentile", {})
+    for key, name in (("50.000000", "p50_us"), ("99.000000", "p99_us")):
+        if key in pct:
+            r[name] = pct[key] / 1e3
     if os.path.exists(base + ".perf"):
         for line in open(base + ".perf"):
             parts = line.strip().split(",")
@@ -60,7 +69,18 @@ def med(xs):
 def split(row):
     """The context switches' split, voluntary + involuntary, when the run counted it."""
     v, n = row["voluntary_cs_per_io"], row["involuntary_cs_per_io"]
-    return "" if v != v or n != n else f" ({v:.2f} + {n:.2f})"
+    return "" if math.isnan(v) or math.isnan(n) else f" ({v:.2f} + {n:.2f})"
+
+
+def paired(a, b, key):
+    """Per round a / b of `key`, over the rounds both have it."""
+    return [a[r][key] / b[r][key] for r in sorted(set(a) & set(b))
+            if key in a[r] and b[r].get(key, 0) > 0]
+
+
+def rng(xs):
+    """A ratio's median and range, or "-" without rounds."""
+    return f"{med(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})" if xs else "-"
 
 # Where a sample of the whole-guest profile landed. Kernel modules by name; the core kernel's symbols
 # by prefix (the network stack under rxe is the fabric, blk/bio the block layer both initiators use);
@@ -192,6 +212,41 @@ for case, by in runs.items():
             f"{row['syscalls_per_io']:.2f} | {row['cs_per_io']:.2f}{split(row)} | {row['daemon_cpu_us_per_io']:.1f} | "
             f"{row['guest_cpu_us_per_io_srp_ublk']:.0f} / {row['guest_cpu_us_per_io_peer']:.0f} |"
         )
+print("\nCompletion latency (fio's clat percentiles of each run; the ratios are taken within each round):\n")
+print("| case | initiator | p50 us | peer p50 us | p50 ratio (median, range) | p99 us | peer p99 us | p99 ratio (median, range) |")
+print("|---|---|---|---|---|---|---|---|")
+for case, by in runs.items():
+    for ini in sorted(i for i in by if i.startswith("srp_ublk")):
+        s, k = by[ini], by.get(peer(ini), {})
+        row = table[case if ini == "srp_ublk" else f"{case} {ini}"]
+        m = lambda d, key: med([d[r][key] for r in d if key in d[r]])
+        cells = []
+        for q in ("p50", "p99"):
+            xs = paired(s, k, f"{q}_us")
+            row[f"{q}_us"], row[f"peer_{q}_us"] = m(s, f"{q}_us"), m(k, f"{q}_us")
+            row[f"{q}_ratio_median"] = med(xs)
+            row[f"{q}_ratio_min"], row[f"{q}_ratio_max"] = (min(xs), max(xs)) if xs else (None, None)
+            cells += [f"{row[f'{q}_us']:.0f}", f"{row[f'peer_{q}_us']:.0f}", rng(xs)]
+        print(f"| {case} | {ini} | " + " | ".join(cells) + " |")
+# BENCH_BASELINE: the binary under test against the one before, round by round (the same boot, the
+# same rounds, so a change smaller than the spread between boots still shows)
+base = [c for c, by in runs.items() if "srp_ublk" in by and "srp_ublk_baseline" in by]
+if base:
+    print("\nThis binary against the baseline, round by round (new / old; for latency below 1 is better):\n")
+    print("| case | IOPS new / old per round | median | ahead in | p50 new / old (median, range) | p99 new / old (median, range) |")
+    print("|---|---|---|---|---|---|")
+    for case in base:
+        new, old = runs[case]["srp_ublk"], runs[case]["srp_ublk_baseline"]
+        xs = paired(new, old, "iops")
+        p50, p99 = paired(new, old, "p50_us"), paired(new, old, "p99_us")
+        table[case]["baseline"] = {
+            "iops_ratio_per_round": xs,
+            "iops_ratio_median": med(xs),
+            "p50_ratio_median": med(p50),
+            "p99_ratio_median": med(p99),
+        }
+        print(f"| {case} | {' '.join(f'{x:.2f}' for x in xs)} | {med(xs):.2f} | "
+              f"{sum(x > 1 for x in xs)} of {len(xs)} | {rng(p50)} | {rng(p99)} |")
 print_profiles(raw, table)
 meta = dict(l.strip().split("=", 1) for l in open(os.path.join(raw, "meta")) if "=" in l)
 pins = [f"{k[len('pin_kb_per_queue_'):]} {int(v) / 1024:.1f} MiB" for k, v in sorted(meta.items())
