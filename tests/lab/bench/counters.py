@@ -78,6 +78,11 @@ def paired(a, b, key):
             if key in a[r] and b[r].get(key, 0) > 0]
 
 
+def m(d, key):
+    """The median over rounds of `key`, over the rounds that have it."""
+    return med([d[r][key] for r in d if key in d[r]])
+
+
 def rng(xs):
     """A ratio's median and range, or "-" without rounds."""
     return f"{med(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})" if xs else "-"
@@ -187,8 +192,7 @@ for case, by in runs.items():
         s = by[ini]
         k = by.get(peer(ini), {})
         rounds = sorted(set(s) & set(k))
-        ratios = [s[r]["iops"] / k[r]["iops"] for r in rounds if k[r]["iops"] > 0]
-        m = lambda d, key: med([d[r][key] for r in d if key in d[r]])
+        ratios = paired(s, k, "iops")
         row = {
             "rounds": len(rounds),
             "srp_ublk_iops": m(s, "iops"),
@@ -219,7 +223,6 @@ for case, by in runs.items():
     for ini in sorted(i for i in by if i.startswith("srp_ublk")):
         s, k = by[ini], by.get(peer(ini), {})
         row = table[case if ini == "srp_ublk" else f"{case} {ini}"]
-        m = lambda d, key: med([d[r][key] for r in d if key in d[r]])
         cells = []
         for q in ("p50", "p99"):
             xs = paired(s, k, f"{q}_us")
