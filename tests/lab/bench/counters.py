@@ -12,9 +12,10 @@ usage: counters.py RAW_DIR OUT_JSON"""
 import json
 import math
 import os
-import re
 import statistics
 import sys
+
+from guestprof import CATS, busy_us_per_io, profiled, samples, where
 
 raw, out_json = sys.argv[1], sys.argv[2]
 runs = {}
@@ -58,9 +59,6 @@ for f in sorted(os.listdir(raw)):
         r["ivcs_per_io"] = (n1 - n0) / max(ios, 1)
     runs.setdefault(case, {}).setdefault(ini, {})[int(rnd)] = r
 
-PROF_LINE = re.compile(r"^\s*(?P<pct>[\d.]+)%\s+(?P<samples>\d+)\s+(?P<comm>\S+)\s+(?P<dso>\S+)\s+"
-                       r"\[(?P<ring>.)\]\s+(?P<sym>\S+)")
-
 
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
@@ -87,81 +85,15 @@ def rng(xs):
     """A ratio's median and range, or "-" without rounds."""
     return f"{med(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})" if xs else "-"
 
-# Where a sample of the whole-guest profile landed. Kernel modules by name; the core kernel's symbols
-# by prefix (the network stack under rxe is the fabric, blk/bio the block layer both initiators use);
-# what is left goes to the task it ran in: srp-ublk's threads -> initiator, fio -> fio.
-MODULES = {
-    "fabric": ("rdma_rxe", "ib_uverbs", "ib_core", "rdma_cm", "ib_cm", "iw_cm", "rdma_ucm", "udp_tunnel",
-               "ip6_udp_tunnel"),
-    "target": ("ib_srpt", "target_core"),
-    "initiator": ("ib_srp", "scsi_transport_srp", "scsi_mod", "sd_mod", "ublk_drv"),
-}
-SCHED = ("schedule", "__schedule", "finish_task_switch", "try_to_wake_up", "ttwu", "__wake_up", "wake_up",
-         "enqueue_", "dequeue_", "pick_next", "update_curr", "update_load", "psi_", "select_task_rq",
-         "__switch_to", "switch_mm", "context_switch", "raw_spin_rq", "sched_", "__sched")
-FABRIC = ("net", "__net", "ip", "__ip", "udp", "__udp", "skb", "__skb", "dev_", "__dev", "netif", "__netif",
-          "napi", "__napi", "loopback", "neigh", "eth_", "fib", "dst_", "nf_", "sock_", "sk_", "__sk", "csum",
-          "crc32", "__crc32", "crc32c", "kfree_skb", "consume_skb", "validate_xmit", "rt_", "inet_")
-BLOCK = ("blk_", "__blk", "bio_", "__bio", "submit_bio", "bvec", "sbitmap", "__sbitmap", "dd_", "mempool")
-IDLE = ("idle", "safe_halt", "cpuidle", "mwait", "halt")
-AIO = ("aio_", "__x64_sys_io_submit", "__x64_sys_io_getevents", "io_submit_one", "read_events",
-       "do_io_getevents", "__do_sys_io")
-
-
-def where(comm, dso, ring, sym):
-    if comm.startswith("swapper") and any(w in sym for w in IDLE):
-        return "idle"
-    mod = dso.strip("[]")
-    for cat, names in MODULES.items():
-        if any(mod == n or mod.startswith(n) for n in names):
-            return cat
-    if ring == "k":
-        if sym.startswith(SCHED):
-            return "sched"
-        if sym.startswith(FABRIC):
-            return "fabric"
-        if sym.startswith(BLOCK):
-            return "initiator"
-        if sym.startswith(AIO):
-            return "fio"
-        if sym.startswith(("io_", "__io_")):
-            return "initiator"  # io_uring: only srp-ublk's daemon uses it here (fio runs libaio)
-    # the ublk server's own threads: srp-ublk's daemon, or rublk's (the null peer)
-    if comm.startswith(("srp-ublk", "srp_ublk", "rublk")):
-        return "initiator"
-    if comm == "fio":
-        return "fio"
-    # workqueue workers carry their queue's name, cut to 15 characters: rxe_wq, target_completion
-    if comm.startswith("kworker/") and "-" in comm:
-        wq = comm.split("-", 1)[1]
-        if "rxe".startswith(wq) or wq.startswith("rxe"):
-            return "fabric"
-        if "target".startswith(wq) or wq.startswith("tar"):
-            return "target"
-    return "other"
-
-
-CATS = ("initiator", "fabric", "target", "fio", "sched", "other")
-
 
 def print_profiles(raw, table):
     rows = []
-    for f in sorted(os.listdir(raw)):
-        if not f.endswith(".prof.samples"):
-            continue
-        case, ini = f[: -len(".prof.samples")].rsplit(".", 1)
+    for case, ini in profiled(raw):
         n = {}
-        for line in open(os.path.join(raw, f)):
-            m = PROF_LINE.match(line)
-            if not m:
-                continue
-            cat = where(m["comm"], m["dso"], m["ring"], m["sym"])
-            n[cat] = n.get(cat, 0) + int(m["samples"])
-        base = os.path.join(raw, f"{case}.{ini}.prof")
-        job = json.load(open(base + ".json"))["jobs"][0]
-        ios = job["read"]["total_ios"] + job["write"]["total_ios"]
-        c0b, _, c1b, _ = (int(x) for x in open(base + ".cpu").read().split())
-        busy_us = (c1b - c0b) / os.sysconf("SC_CLK_TCK") * 1e6 / max(ios, 1)
+        for comm, dso, ring, sym, count in samples(raw, case, ini):
+            cat = where(comm, dso, ring, sym)
+            n[cat] = n.get(cat, 0) + count
+        busy_us = busy_us_per_io(raw, case, ini)
         work = sum(v for k, v in n.items() if k != "idle") or 1
         split = {c: busy_us * n.get(c, 0) / work for c in CATS}
         rows.append((case, ini, busy_us, split))
