@@ -47,7 +47,7 @@ pub struct AddArgs {
     #[command(flatten)]
     pub session: super::SessionArgs,
     /// CPUs to pin queue threads to, e.g. "0,1" (queue q gets the q-th, cycling);
-    /// default: the kernel's affinity for each ublk queue.
+    /// default: each queue's thread on the next queue's CPUs (off the CPUs it serves).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
     /// How queue threads wait for completions.

@@ -120,7 +120,8 @@ pub enum PollMode {
 pub struct UblkOptions {
     /// Completion mode.
     pub poll: PollMode,
-    /// CPUs to pin queue threads to (queue q gets `cpus[q % len]`); empty: the kernel's affinity.
+    /// CPUs to pin queue threads to (queue q gets `cpus[q % len]`); empty: the next queue's
+    /// CPUs (queue q on queue q+1's affinity).
     pub cpus: Vec<usize>,
     /// Device id to ask for (-1: any).
     pub dev_id: i32,
@@ -392,12 +393,15 @@ pub fn serve(
     });
     let q_fn = move |qid: u16, dev: &UblkDev| start.run(qid, dev);
     let res = ctrl.run_target(tgt_init, q_fn, move |c| {
-        // libublk pins each queue thread to the kernel's queue affinity as it starts; --cpus
-        // overrides that here, once every queue thread runs and before anyone sees the device
-        if !cpus.is_empty() {
-            for (qid, st) in status2.iter().enumerate() {
-                pin(st.tid.load(Relaxed), cpus[qid % cpus.len()], qid);
-            }
+        // libublk pins each queue thread to the kernel's queue affinity as it starts; that is
+        // changed here, once every queue thread runs and before anyone sees the device
+        for (qid, st) in status2.iter().enumerate() {
+            let set = if cpus.is_empty() {
+                next_queue_cpus(c, qid, status2.len())
+            } else {
+                vec![cpus[qid % cpus.len()]]
+            };
+            pin(st.tid.load(Relaxed), &set, qid);
         }
         let info = LiveInfo {
             dev_id: c.dev_info().dev_id,
@@ -599,13 +603,39 @@ fn recover_ctrl(id: i32, queues: u16, depth: u16) -> Result<UblkCtrl, UblkFrontE
         .map_err(|e| ublk("taking the device over", e))
 }
 
-fn pin(tid: i32, cpu: usize, qid: usize) {
+/// The CPUs queue `qid`'s thread runs on by default: those of the next queue (the last queue's
+/// thread on queue 0's). ublk sends each CPU's I/O to one queue; a queue thread on the CPU that
+/// submits to it is woken inside the application's `io_submit` and runs there, spinning for the
+/// response, before the submission returns, and the application it completes is woken on a CPU the
+/// thread still holds (docs/performance.md, "The queue thread off its submitters' CPUs"). Empty
+/// (libublk's pinning to the queue's own CPUs stays) with one queue or when the kernel does not say.
+fn next_queue_cpus(c: &UblkCtrl, qid: usize, nr_queues: usize) -> Vec<usize> {
+    let next = (qid + 1) % nr_queues.max(1);
+    if next == qid {
+        return Vec::new();
+    }
+    let mut affinity = libublk::ctrl::UblkQueueAffinity::new();
+    match c.get_queue_affinity(next as u32, &mut affinity) {
+        Ok(_) => affinity.to_bits_vec(),
+        Err(e) => {
+            tracing::warn!("queue {qid}: queue {next}'s CPUs unknown ({e}); keeping its own");
+            Vec::new()
+        }
+    }
+}
+
+/// Pins thread `tid` of queue `qid` to `cpus` (nothing to do for an empty set).
+fn pin(tid: i32, cpus: &[usize], qid: usize) {
+    if cpus.is_empty() {
+        return;
+    }
     let mut set = nix::sched::CpuSet::new();
-    let r = set
-        .set(cpu)
+    let r = cpus
+        .iter()
+        .try_for_each(|&cpu| set.set(cpu))
         .and_then(|_| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set));
     if let Err(e) = r {
-        tracing::warn!("queue {qid}: cannot pin thread {tid} to CPU {cpu}: {e}");
+        tracing::warn!("queue {qid}: cannot pin thread {tid} to CPUs {cpus:?}: {e}");
     }
 }
 

@@ -19,6 +19,7 @@ from guestprof import CATS, busy_us_per_io, profiled, samples, where
 
 raw, out_json = sys.argv[1], sys.argv[2]
 runs = {}
+lat_kinds = set()
 for f in sorted(os.listdir(raw)):
     if not f.endswith(".json"):
         continue
@@ -33,9 +34,13 @@ for f in sorted(os.listdir(raw)):
     c0b, c0t, c1b, c1t = (int(x) for x in open(base + ".cpu").read().split())
     hz = os.sysconf("SC_CLK_TCK")
     r = {"iops": iops, "ios": ios, "guest_cpu_us_per_io": (c1b - c0b) / hz * 1e6 / max(ios, 1)}
-    # completion latency of the direction that did the I/O (the cases are reads or writes)
+    # latency of the direction that did the I/O (the cases are reads or writes): fio's total
+    # latency, from before io_submit to the reaped completion, in runs that asked for its
+    # percentiles (--lat_percentiles=1, since 2026-12-04); the completion latency alone before
     d = job["read"] if job["read"]["total_ios"] >= job["write"]["total_ios"] else job["write"]
-    pct = d.get("clat_ns", {}).get("percentile", {})
+    kind = "lat_ns" if "percentile" in d.get("lat_ns", {}) else "clat_ns"
+    lat_kinds.add(kind)
+    pct = d.get(kind, {}).get("percentile", {})
     for key, name in (("50.000000", "p50_us"), ("99.000000", "p99_us")):
         if key in pct:
             r[name] = pct[key] / 1e3
@@ -148,13 +153,16 @@ for case, by in runs.items():
             f"{row['syscalls_per_io']:.2f} | {row['cs_per_io']:.2f}{split(row)} | {row['daemon_cpu_us_per_io']:.1f} | "
             f"{row['guest_cpu_us_per_io_srp_ublk']:.0f} / {row['guest_cpu_us_per_io_peer']:.0f} |"
         )
-print("\nCompletion latency (fio's clat percentiles of each run; the ratios are taken within each round):\n")
+LATENCY = {"lat_ns": "total latency (lat: submission and completion)", "clat_ns": "completion latency (clat)"}
+print(f"\nLatency (fio's {' and '.join(LATENCY[k] for k in sorted(lat_kinds))} percentiles of each run;"
+      " the ratios are taken within each round):\n")
 print("| case | initiator | p50 us | peer p50 us | p50 ratio (median, range) | p99 us | peer p99 us | p99 ratio (median, range) |")
 print("|---|---|---|---|---|---|---|---|")
 for case, by in runs.items():
     for ini in sorted(i for i in by if i.startswith("srp_ublk")):
         s, k = by[ini], by.get(peer(ini), {})
         row = table[case if ini == "srp_ublk" else f"{case} {ini}"]
+        row["latency"] = "lat" if lat_kinds == {"lat_ns"} else "clat"
         cells = []
         for q in ("p50", "p99"):
             xs = paired(s, k, f"{q}_us")

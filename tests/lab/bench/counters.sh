@@ -49,7 +49,7 @@ run() {
     [ -z "$_pp" ] || _x0=$(ctx "$5")
     fio --name="$_name" --filename="$4" --ioengine=libaio --direct=1 --rw="$_rw" --bs="$_bs" \
         --iodepth="$_qd" --numjobs="$_nj" --group_reporting --runtime="$SECS" --time_based \
-        --size=192m --offset_increment=32m --randrepeat=0 --norandommap --eta=never \
+        --size=192m --offset_increment=32m --randrepeat=0 --norandommap --eta=never --lat_percentiles=1 \
         --output-format=json --output="$_f.json" || die "fio $_name on $2 ($4) failed"
     _c1=$(cpu)
     if [ -n "$_pp" ]; then

@@ -36,8 +36,12 @@ def fio_run(path, cpu_path, secs):
         text = f.read()
     job = json.loads(text[text.index("{"):])["jobs"][0]
     side = job["read"] if job["read"]["total_ios"] > 0 else job["write"]
-    pct = side["clat_ns"].get("percentile", {})
+    # fio's total latency (submission and completion) where the run has its percentiles
+    # (--lat_percentiles=1, since 2026-12-04), else the completion latency alone
+    kind = "lat_ns" if "percentile" in side.get("lat_ns", {}) else "clat_ns"
+    pct = side[kind].get("percentile", {})
     run = {
+        "latency": kind[: -len("_ns")],
         "iops": side["iops"],
         "mbps": side["bw"] * 1024 / 1e6,
         "p50_us": pct.get("50.000000", 0) / 1000,
@@ -161,6 +165,9 @@ def main():
         "setup": {k: meta.get(k) for k in ("rounds", "secs", "queues", "depth", "vcpus", "poll",
                                             "pin_kb_per_queue", "max_io_kb", "mode_rounds")},
         "cases": cases, "perftest": {k: round(v, 2) for k, v in pt.items()}, "poll_modes": modes,
+        # what p50/p99 measure: "lat" (submission to completion) or "clat" (completion alone)
+        "latency": "lat" if all(r["latency"] == "lat" for rs in runs.values() for r in rs.values())
+        else "clat",
     }
     text = json.dumps(doc, indent=1) + "\n"
     with open(out_json, "w") as f:
@@ -201,7 +208,9 @@ def markdown(doc):
         f"Command: `{doc['command']}`, {doc['date']}, kernel {doc['kernel']} under qemu TCG "
         f"({s['vcpus']} vCPUs), LIO rd_mcp LUN over rxe0, one boot. srp-ublk `--queues {s['queues']} "
         f"--depth {s['depth']}` (poll {s['poll']}, rkey_scope=command) against ib_srp `ch_count={s['queues']},"
-        f"queue_size={int(s['depth']) + 1}`; fio libaio direct, {s['secs']} s after 1 s ramp, "
+        f"queue_size={int(s['depth']) + 1}`; fio libaio direct, {s['secs']} s after 1 s ramp "
+        + ("(latency: fio's total, submission to completion), " if doc.get("latency") == "lat"
+           else "(latency: fio's completion latency), ") +
         f"{s['rounds']} paired rounds (srp-ublk first in odd rounds, ib_srp first in even ones). "
         "Raw figures: medians of the rounds (spread = (max - min) / median); srp-ublk / ib_srp: the "
         "median of the ratios taken within each round, with their range."

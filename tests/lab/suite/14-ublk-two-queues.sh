@@ -1,22 +1,29 @@
 # --queues 2: two channels (two QPs, two logins at the target), each queue thread pinned where list
-# says, and I/O runs on both.
+# says (by default on the next queue's CPUs, off the CPU that submits to it; --cpus overrides), and
+# I/O runs on both.
 . /usr/lib/srp-lab/suite/lib.sh
 trap 'show_logs; ublk_cleanup' EXIT
+# check_pinning WANT0 WANT1: each queue thread's allowed CPUs, from /proc and from list --json
+check_pinning() {
+    pid=$(pidof srp-ublk)
+    json=$(srp-ublk list --json)
+    echo "$json"
+    for q in 0 1; do
+        tid=$(echo "$json" | awk -v q=$q '/"qid":/{cur=$2+0} /"tid":/{ if (cur==q) {gsub(/[^0-9]/,"",$2); print $2} }' | head -1)
+        if [ $q = 0 ]; then want=$1; else want=$2; fi
+        got=$(grep Cpus_allowed_list /proc/$pid/task/$tid/status | awk '{print $2}')
+        expect_eq "queue $q thread $tid CPUs" "$got" "$want"
+        expect_contains "list --json cpus for queue $q" "$json" "\"cpus\": \"$want\""
+    done
+}
 n0=$(dmesg | grep -c 'Received SRP_LOGIN_REQ')
-dev=$(ublk_add --queues 2 --cpus 1,0) || fail "add: $dev"
+dev=$(ublk_add --queues 2) || fail "add: $dev"
 expect_eq "logins seen by ib_srpt" "$(($(dmesg | grep -c 'Received SRP_LOGIN_REQ') - n0))" 2
 expect_eq "QPs owned by srp-ublk" "$(/usr/bin/rdma res show qp | grep -c srp-ublk)" 2
 expect_eq "ublk hardware queues" "$(ls /sys/block/ublkb0/mq | wc -l)" 2
-pid=$(pidof srp-ublk)
-json=$(srp-ublk list --json)
-echo "$json"
-for q in 0 1; do
-    tid=$(echo "$json" | awk -v q=$q '/"qid":/{cur=$2+0} /"tid":/{ if (cur==q) {gsub(/[^0-9]/,"",$2); print $2} }' | head -1)
-    want=$((1 - q))
-    got=$(grep Cpus_allowed_list /proc/$pid/task/$tid/status | awk '{print $2}')
-    expect_eq "queue $q thread $tid CPUs" "$got" "$want"
-    expect_contains "list --json cpus for queue $q" "$json" "\"cpus\": \"$want\""
-done
+# blk-mq sends CPU q's I/O to queue q; its thread runs on the other CPU
+expect_eq "queue 0's CPUs (blk-mq)" "$(cat /sys/block/ublkb0/mq/0/cpu_list)" 0
+check_pinning 1 0
 # one fio job per CPU: blk-mq maps each CPU to its own hardware queue
 fio --name=q0 --cpus_allowed=0 --filename="$dev" --ioengine=libaio --direct=1 --rw=randread --bs=4k \
     --iodepth=8 --io_size=8m --name=q1 --cpus_allowed=1 --filename="$dev" --ioengine=libaio \
@@ -27,5 +34,8 @@ cmds=$(echo "$json" | grep '"cmds"' | tr -dc '0-9\n')
 echo "per-queue SRP_CMDs: $(echo $cmds)"
 for c in $cmds; do [ "$c" -gt 1000 ] || fail "a queue carried only $c commands"; done
 ok "I/O ran on both queues"
+srp-ublk del --all || fail "del"
+dev=$(ublk_add --queues 2 --cpus 0,1) || fail "add --cpus 0,1: $dev"
+check_pinning 0 1
 trap - EXIT
 ublk_cleanup
