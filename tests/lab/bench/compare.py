@@ -27,6 +27,11 @@ def main():
         sys.exit(2)
     print(f"Run A: {da['date']} ({da['setup']['rounds']} rounds of {da['setup']['secs']} s); "
           f"run B: {db['date']} ({db['setup']['rounds']} rounds of {db['setup']['secs']} s).")
+    # summaries before 2026-12-04 have no "latency": their p50/p99 are fio's completion latency
+    lat_a, lat_b = da.get("latency", "clat"), db.get("latency", "clat")
+    if lat_a != lat_b:
+        print(f"Latency differs: A's p50/p99 are fio's {lat_a}, B's its {lat_b} (lat: submission and "
+              "completion; clat: completion alone); those rows compare different measures.")
     print()
     print("| case | A: ratio (range) | B: ratio (range) | each median within the other's range |")
     print("|---|---|---|---|")
