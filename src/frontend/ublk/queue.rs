@@ -35,6 +35,13 @@ const OP_GET_DATA: u32 = 6;
 /// long as on an idle NBD connection, which polls its CQ every 100 ms.
 const IDLE_ARM: Duration = Duration::from_millis(100);
 
+/// Passes of a spin between two io_uring_enter calls made whatever the ring says. A spinning
+/// queue enters the kernel only when the ring has work for it: the kernel raises the task-run
+/// flag for every ublk command and poll completion it queues (IORING_SETUP_TASKRUN_FLAG, see
+/// [`init_ring`]). The odd enter is a backstop, rare enough to cost nothing per I/O: a QD1 I/O
+/// spins for a few hundred passes.
+const ENTER_EVERY: u32 = 1024;
+
 /// What a queue thread can fail on before it serves.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum QueueError {
@@ -327,9 +334,8 @@ impl Queue<'_> {
         let (mut cq_fired, mut cm_fired) = (false, false);
         // commands arriving after a sleep are stamped with the time they arrive
         let mut clock_set = false;
-        // A spin with nothing to submit, reap or run in the kernel skips io_uring_enter (one in 64
-        // enters anyway, should a kernel not raise the task-run flag).
-        if to_wait == 0 && up && loops % 64 != 0 && !ring_needs_enter() {
+        // a spin with nothing to submit, reap or run in the kernel skips io_uring_enter
+        if to_wait == 0 && up && loops % ENTER_EVERY != 0 && !ring_needs_enter() {
             return (false, false, Ok(0));
         }
         let q = self.q;
