@@ -47,6 +47,10 @@ unit: deps
 lab-run FILE: build
     bash {{lab}} run "$(cd '{{invocation_directory()}}' && realpath '{{FILE}}')"
 
+# FILE in an initiator guest whose SRP target (LIO) is in a second guest, RoCE over a virtual link
+lab-pair FILE: build
+    bash {{lab}} pair "$(cd '{{invocation_directory()}}' && realpath '{{FILE}}')"
+
 # the end-to-end suite in the lab; prints "N passed, N failed" (LAB_ONLY=name runs a subset)
 lab-test: build
     bash {{lab}} test
@@ -88,7 +92,8 @@ fuzz-setup: deps
 # docs/bench/latest.json and the docs/performance.md table; tests/lab/bench/compare.py checks two runs agree),
 # `just bench counters` (paired rounds srp-ublk / ib_srp with system calls, context switches and CPU per I/O,
 # srp-ublk's null backend against rublk's null target, pinned memory per queue and a whole-guest profile
-# split by initiator, fabric and target; knobs in tests/lab/bench/counters.sh),
+# split by initiator, fabric and target; knobs in tests/lab/bench/counters.sh; BENCH_PAIR=1 puts the target
+# in a guest of its own),
 # `just bench nbd` (NBD front end vs nbdkit and qemu-nbd on the host), `just bench hotpath` (the channel
 # engine's instructions per 4 KiB read under callgrind, and ns per I/O)
 bench WHAT="lab": build

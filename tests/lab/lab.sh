@@ -5,15 +5,19 @@
 # usage: tests/lab/lab.sh prep            install host packages, download + unpack the kernel (cached)
 #        tests/lab/lab.sh image           prep + build the cached base initramfs
 #        tests/lab/lab.sh run FILE        run shell script FILE inside a fresh guest; exits with its status
+#        tests/lab/lab.sh pair FILE       run FILE in an initiator guest whose target (LIO) is in a second
+#                                         guest, RoCE over a virtual link between them (run_pair)
 #        tests/lab/lab.sh test            run the end-to-end suite: tests/lab/suite in one guest, then
 #                                         tests/lab/suite/systemd in a systemd guest (LAB_BOOT=systemd)
-#                                         and tests/lab/suite/boot in one set up at boot (LAB_SETUP=early)
+#                                         and tests/lab/suite/boot in one set up at boot (LAB_SETUP=early),
+#                                         tests/lab/suite/pair in the initiator guest of a pair
 #        tests/lab/lab.sh demo            boot, show the target and attach it (tests/lab/demo.sh)
 #        tests/lab/lab.sh selftest        prove lab-run propagates exit codes (a script exiting 3 -> 3)
 #
 # environment (all optional):
 #   LAB_TIMEOUT   hard limit for one guest run in seconds (default 1500); qemu is killed after it
 #   LAB_MEM       guest memory (default 3072M)        LAB_SMP    guest vCPUs (default 2)
+#   LAB_TARGET_SMP, LAB_TARGET_MEM  the target guest of `pair` (default 1 vCPU, 1024M)
 #   SRP_LUN_MB    size of the LIO ramdisk LUN (default 256)
 #   LAB_SETUP     full (default: rxe + LIO target + ib_srp) or minimal (boot only; no fabric), or
 #                 early (LAB_BOOT=systemd: the full setup by a unit at boot, srp-ublk@boot enabled)
@@ -39,6 +43,8 @@ APTDIR=$LAB/apt
 LAB_TIMEOUT=${LAB_TIMEOUT:-1500}
 LAB_MEM=${LAB_MEM:-3072M}
 LAB_SMP=${LAB_SMP:-2}
+LAB_TARGET_SMP=${LAB_TARGET_SMP:-1}
+LAB_TARGET_MEM=${LAB_TARGET_MEM:-1024M}
 SRP_LUN_MB=${SRP_LUN_MB:-256}
 LAB_SETUP=${LAB_SETUP:-full}
 LAB_BOOT=${LAB_BOOT:-init}
@@ -198,7 +204,7 @@ GUEST_TOOLS="/usr/bin/kmod /usr/bin/ip /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_d
     /usr/lib/x86_64-linux-gnu/nbdkit/plugins/nbdkit-memory-plugin.so"
 GUEST_MODULES="configfs 9p 9pnet_virtio virtio_pci ublk_drv rdma_rxe ib_uverbs rdma_ucm ib_umad ib_srpt ib_srp
     target_core_mod target_core_file target_core_iblock sd_mod sg veth dummy nbd ext4 dm_multipath loop
-    virtio_blk
+    virtio_blk virtio_net
     dm_service_time dm_round_robin dm_queue_length
     crc32_generic crc32_pclmul crc32c_generic crc32c_intel"
 
@@ -341,7 +347,17 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
 run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return its exit status
     local script=$1
     [ -f "$script" ] || die "no such script: $script"
-    local RUN=$LAB/run OUT=$LAB/out root init=/init
+    local RUN=$LAB/run OUT=$LAB/out root init=/init smp=$LAB_SMP mem=$LAB_MEM nic=(-nic none) pfx=
+    # a guest of a pair (run_pair): the target has run and output directories of its own; both get
+    # the virtio-net link (the target guest listens on its socket, the initiator connects)
+    case ${LAB_ROLE:-} in
+        target) RUN=$LAB/run-target; OUT=$LAB/out-target; smp=$LAB_TARGET_SMP; mem=$LAB_TARGET_MEM; pfx="target| "
+                nic=(-netdev "stream,id=n0,server=on,addr.type=unix,addr.path=$LAB/link.sock"
+                     -device virtio-net-pci,netdev=n0,mac=02:00:00:77:00:01);;
+        initiator) OUT=$LAB/out/pair
+                   nic=(-netdev "stream,id=n0,server=off,addr.type=unix,addr.path=$LAB/link.sock"
+                   -device virtio-net-pci,netdev=n0,mac=02:00:00:77:00:02);;
+    esac
     case $LAB_BOOT in
         init) image; root=$BASE;;
         systemd) sysroot; root=$SYSROOT; OUT=$LAB/out/systemd; init=/sbin/init
@@ -354,18 +370,19 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
     overlay "$RUN/overlay.cpio.gz"
     cat "$root" "$RUN/overlay.cpio.gz" > "$RUN/initrd.gz"   # the kernel unpacks concatenated archives in order
     cp "$script" "$RUN/share/job.sh"
+    [ "${LAB_ROLE:-}" = initiator ] && cp "$LAB/out-target/target-env" "$RUN/share/target-env"
     {
-        echo "LAB_SETUP=$LAB_SETUP"; echo "SRP_LUN_MB=$SRP_LUN_MB"; echo "CI=${CI:-}"
+        echo "LAB_SETUP=$LAB_SETUP"; echo "SRP_LUN_MB=$SRP_LUN_MB"; echo "CI=${CI:-}"; echo "LAB_ROLE=${LAB_ROLE:-}"
         echo "LAB_JOB_NAME=$(basename "$script")"; echo "LAB_ONLY=${LAB_ONLY:-}"; echo "LAB_BOOT=$LAB_BOOT"
     } > "$RUN/share/env"
     local CON=$RUN/console.log
     : > "$CON"
-    log "booting $KV ($LAB_BOOT, qemu TCG, ${LAB_SMP} vCPUs, $LAB_MEM, timeout ${LAB_TIMEOUT}s) to run $(basename "$script")"
+    log "booting $KV ($LAB_BOOT${LAB_ROLE:+, $LAB_ROLE guest}, qemu TCG, $smp vCPUs, $mem, timeout ${LAB_TIMEOUT}s) to run $(basename "$script")"
     log "console log: $CON"
     local t0=$SECONDS
     timeout --foreground -k 10 "$LAB_TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
-        -smp "$LAB_SMP" -m "$LAB_MEM" -machine pc -nodefaults -no-reboot \
-        -display none -monitor none -serial "file:$CON" -nic none \
+        -smp "$smp" -m "$mem" -machine pc -nodefaults -no-reboot \
+        -display none -monitor none -serial "file:$CON" "${nic[@]}" \
         -kernel "$KDIR/boot/vmlinuz-$KV" -initrd "$RUN/initrd.gz" \
         -append "console=ttyS0,115200 rdinit=$init panic=-1 loglevel=3 mitigations=off quiet" \
         -virtfs "local,path=$RUN/share,mount_tag=lab,security_model=none,id=lab" \
@@ -373,7 +390,7 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
         ${LAB_QEMU_EXTRA:-} > "$RUN/qemu.log" 2>&1 &
     local qpid=$! qrc=0
     # stream the guest console live (the job's output goes there too)
-    tail -n +1 -F --pid=$qpid "$CON" 2>/dev/null | sed -u 's/\r$//' &
+    tail -n +1 -F --pid=$qpid "$CON" 2>/dev/null | sed -u "s/\r\$//; s/^/$pfx/" &
     local tpid=$!
     wait $qpid || qrc=$?
     wait $tpid 2>/dev/null || true
@@ -390,6 +407,30 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
     fi
     log "error: the guest stopped after ${dt}s without reporting an exit status (qemu rc=$qrc: $(tail -1 "$RUN/qemu.log" 2>/dev/null)); console log: $CON"
     return 125
+}
+
+# run_pair SCRIPT: two guests joined by a virtual Ethernet link (qemu's stream netdev over a unix
+# socket), RoCE between them as a deployment has it: a target guest (LIO's ib_srpt, LAB_TARGET_SMP
+# vCPUs) and an initiator guest (ublk_drv, ib_srp, srp-ublk; LAB_SMP vCPUs) that runs SCRIPT with
+# the target's SRP_TARGET. The initiator's output is under target/lab/out/pair, the target's
+# console and dmesg under target/lab/out-target. Exits with SCRIPT's status.
+run_pair() {
+    local script=$1 tpid rc=0 i=0
+    [ -f "$script" ] || die "no such script: $script"
+    [ "$LAB_BOOT" = init ] || die "lab.sh pair boots LAB_BOOT=init guests only"
+    rm -f "$LAB/link.sock" "$LAB/out-target/target-env"
+    LAB_ROLE=target run_guest "$HERE/guest/target-job.sh" &
+    tpid=$!
+    while [ ! -s "$LAB/out-target/target-env" ]; do
+        kill -0 $tpid 2>/dev/null || die "the target guest stopped before its target was ready (console: $LAB/run-target/console.log)"
+        [ $i -lt 600 ] || { kill $tpid; die "the target guest's target was not ready within 600 s (console: $LAB/run-target/console.log)"; }
+        sleep 1; i=$((i + 1))
+    done
+    log "target guest ready after ${i}s: $(cat "$LAB/out-target/target-env" | grep SRP_TARGET=)"
+    LAB_ROLE=initiator run_guest "$script" || rc=$?
+    touch "$LAB/run-target/share/stop"
+    wait $tpid || log "warning: the target guest ended with status $? (console: $LAB/run-target/console.log)"
+    return $rc
 }
 
 selftest() {   # lab-run must propagate the script's exit status
@@ -424,6 +465,10 @@ lab_test() {   # the suite in each kind of guest that has a selected test; fails
     if suite_wanted "$HERE/suite/boot"; then
         ran=1; LAB_BOOT=systemd LAB_SETUP=early run_guest "$HERE/suite/run.sh" || rc=1
     fi
+    # initiator and target in two guests joined by a virtual link (tests/lab/suite/pair)
+    if suite_wanted "$HERE/suite/pair"; then
+        ran=1; run_pair "$HERE/suite/run.sh" || rc=1
+    fi
     # the tests with more to show on the new kernel, once more there (a subshell: a kernel of its own)
     local only="" t p
     for t in ${NEW_KERNEL_TESTS//,/ }; do
@@ -434,7 +479,7 @@ lab_test() {   # the suite in each kind of guest that has a selected test; fails
         ran=1; (KPKG=; NEW_KURL=; LAB_KERNEL=new; LAB_ONLY=${only#,}; LAB_BOOT=init
                 run_guest "$HERE/suite/run.sh") || rc=1
     fi
-    [ $ran = 1 ] || die "LAB_ONLY=${LAB_ONLY:-} selects no test in tests/lab/suite, suite/systemd or suite/boot"
+    [ $ran = 1 ] || die "LAB_ONLY=${LAB_ONLY:-} selects no test in tests/lab/suite, suite/systemd, suite/boot or suite/pair"
     return $rc
 }
 
@@ -448,13 +493,14 @@ lab_lock() {
 }
 
 cmd=${1:-}
-case $cmd in run|test|demo|selftest) lab_lock "$@";; esac
+case $cmd in run|pair|test|demo|selftest) lab_lock "$@";; esac
 case $cmd in
     prep) prep; log "kernel $KPKG ($KV) ready under $LAB";;
     image) image; log "base initramfs: $BASE";;
     run) [ $# -ge 2 ] || die "usage: lab.sh run FILE"; run_guest "$2";;
+    pair) [ $# -ge 2 ] || die "usage: lab.sh pair FILE"; run_pair "$2";;
     test) lab_test;;
     demo) run_guest "$HERE/demo.sh";;
     selftest) selftest;;
-    *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;
+    *) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;
 esac

@@ -196,5 +196,7 @@ pins = [f"{k[len('pin_kb_per_queue_'):]} {int(v) / 1024:.1f} MiB" for k, v in so
         if k.startswith("pin_kb_per_queue_")]
 if pins:
     print(f"\nPinned memory per queue (VmPin / queues): {', '.join(pins)}")
+if "lab" in meta:
+    print(f"\nLab: {meta['lab']}; the guest CPU figures are the initiator guest's")
 with open(out_json, "w") as fh:
     json.dump({"meta": meta, "cases": table}, fh, indent=1)

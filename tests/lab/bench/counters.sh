@@ -62,7 +62,8 @@ run() {
 
 echo "counters: $(uname -r), $(nproc) vCPUs, rounds=$ROUNDS secs=$SECS queues=$QUEUES depth=$DEPTH"
 { echo "kernel=$(uname -r)"; echo "rounds=$ROUNDS"; echo "secs=$SECS"; echo "queues=$QUEUES";
-  echo "depth=$DEPTH"; echo "vcpus=$(nproc)"; echo "version=$(srp-ublk --version)"; } > "$OUT/meta"
+  echo "depth=$DEPTH"; echo "vcpus=$(nproc)"; echo "version=$(srp-ublk --version)"
+  [ "${LAB_ROLE:-}" = initiator ] && echo "lab=two guests: LIO in a guest of its own (lab.sh pair)"; } > "$OUT/meta"
 # srp-ublk with each rkey scope (BENCH_SCOPES, default "command login"): srp_ublk is the default
 # (command: a memory window per command), srp_ublk_login the login-wide registration
 SCOPES=${BENCH_SCOPES:-"command login"}

@@ -3,7 +3,8 @@
 # target/bench/lab-<time>.json (+ the raw files under target/bench/lab-<time>/), docs/bench/latest.json
 # and the table in docs/performance.md. Knobs: BENCH_ROUNDS, BENCH_SECS, BENCH_QUEUES, BENCH_DEPTH,
 # BENCH_CASES, BENCH_MODES, BENCH_MODE_ROUNDS, BENCH_SCOPES (see guest.sh); BENCH_NO_DOCS=1 leaves docs/
-# alone.
+# alone. BENCH_PAIR=1 (counters only): the target in a guest of its own (lab.sh pair), so that the
+# initiator guest's CPU is the initiator's, its fabric side's and fio's only.
 set -euo pipefail
 # `run.sh counters`: the paired-round counters (counters.sh, counters.py) instead of the full bench
 WHAT=${1:-lab}
@@ -36,6 +37,12 @@ if [ "$WHAT" = counters ] && [ "${BENCH_RUBLK:-1}" != 0 ]; then
 else
     unset BENCH_RUBLK
 fi
+how=run
+if [ -n "${BENCH_PAIR:-}" ]; then
+    # guest.sh's perftest runs its server and client in one guest
+    [ "$WHAT" = counters ] || { echo "bench: BENCH_PAIR is for 'run.sh counters' (just bench counters)" >&2; exit 2; }
+    how=pair
+fi
 job=$(mktemp /tmp/srp-ublk-bench.XXXXXX.sh)
 trap 'rm -f "$job"' EXIT
 {
@@ -47,11 +54,11 @@ trap 'rm -f "$job"' EXIT
     if [ "$WHAT" = counters ]; then cat "$HERE/counters.sh"; else cat "$HERE/guest.sh"; fi
 } > "$job"
 t0=$SECONDS
-LAB_QEMU_EXTRA="$extra" LAB_TIMEOUT=${LAB_TIMEOUT:-2400} bash "$ROOT/tests/lab/lab.sh" run "$job"
+LAB_QEMU_EXTRA="$extra" LAB_TIMEOUT=${LAB_TIMEOUT:-2400} bash "$ROOT/tests/lab/lab.sh" $how "$job"
 mkdir -p "$ROOT/target/bench"
 if [ "$WHAT" = counters ]; then
     raw=$ROOT/target/bench/counters-$stamp
-    cp -r "$ROOT/target/lab/out/counters" "$raw"
+    cp -r "$ROOT/target/lab/out/${BENCH_PAIR:+pair/}counters" "$raw"
     python3 "$HERE/counters.py" "$raw" "$raw.json"
     echo "bench counters: $((SECONDS - t0)) s; summary $raw.json; raw results $raw/"
     exit 0

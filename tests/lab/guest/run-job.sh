@@ -20,7 +20,7 @@ if ! { /usr/sbin/modprobe 9pnet_virtio && /usr/sbin/modprobe 9p &&
 fi
 
 . /lab/env
-export LAB_OUT=/lab-out CI LAB_SETUP SRP_LUN_MB LAB_JOB_NAME LAB_ONLY LAB_BOOT
+export LAB_OUT=/lab-out CI LAB_SETUP SRP_LUN_MB LAB_JOB_NAME LAB_ONLY LAB_BOOT LAB_ROLE
 . /usr/lib/srp-lab/setup.sh
 
 echo "lab: kernel $(uname -r), job at uptime $(cut -d' ' -f1 /proc/uptime)s, boot=$LAB_BOOT setup=$LAB_SETUP"

@@ -1,5 +1,7 @@
 # Sourced by /init (busybox ash): the lab's fabric and target, as proven in shared/lab/REPORT.md.
 #  - soft-RoCE rxe0 on dummy0 with a fixed MAC (stable GID/GUID across boots), 10.77.0.1/24
+#  - or, in a pair of guests (lab.sh pair, LAB_ROLE=target|initiator), rxe0 on the virtio-net link
+#    between them: the target at 10.77.0.1 (LIO only), the initiator at 10.77.0.2 (ublk, ib_srp)
 #  - LIO ib_srpt: rd_mcp ramdisk LUNs (lun_0 $SRP_LUN_MB MiB, lun_1 32 MiB, lun_2 16 MiB), RDMA/CM
 #    listener on port 5555, a node ACL named by the target-side IP (ib_srpt has no demo mode), target
 #    port named by the port GUID
@@ -11,6 +13,7 @@ ip() { /usr/bin/ip "$@"; }
 modprobe() { /usr/sbin/modprobe "$@"; }
 
 LAB_IP=10.77.0.1
+LAB_PEER_IP=10.77.0.2   # the initiator guest's address in a pair
 LAB_PORT=5555
 LAB_MAC=02:00:00:77:00:01
 CFG=/sys/kernel/config/target
@@ -22,15 +25,30 @@ lab_setup_rxe() {
     # the crc32 library and the module is gone
     modprobe crc32_generic 2>/dev/null || [ "$(uname -r | cut -d. -f1-2)" != 6.12 ] || return 1
     modprobe crc32_pclmul 2>/dev/null
-    modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm && modprobe ib_umad && modprobe dummy || return 1
-    # systemd's modprobe.d sets numdummies=0: no dummy0 comes with the module there
-    [ -e /sys/class/net/dummy0 ] || ip link add dummy0 type dummy || return 1
-    ip link set dummy0 address $LAB_MAC
-    ip addr add $LAB_IP/24 dev dummy0
-    ip link set dummy0 up
-    rdma link add rxe0 type rxe netdev dummy0 || return 1
+    modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm && modprobe ib_umad || return 1
+    case ${LAB_ROLE:-} in
+        target|initiator) lab_link || return 1;;
+        *)
+            modprobe dummy || return 1
+            # systemd's modprobe.d sets numdummies=0: no dummy0 comes with the module there
+            [ -e /sys/class/net/dummy0 ] || ip link add dummy0 type dummy || return 1
+            ip link set dummy0 address $LAB_MAC
+            ip addr add $LAB_IP/24 dev dummy0
+            ip link set dummy0 up
+            LAB_NETDEV=dummy0;;
+    esac
+    rdma link add rxe0 type rxe netdev $LAB_NETDEV || return 1
     waitfor /sys/class/infiniband/rxe0/ports/1/gids/0 10 || return 1
     rdma link show
+}
+
+# lab_link: eth0, the virtio-net link of a pair of guests (qemu gives each its MAC), at this guest's
+# address; sets LAB_NETDEV
+lab_link() {
+    modprobe virtio_net && waitfor /sys/class/net/eth0 10 || return 1
+    _ip=$LAB_IP; [ "$LAB_ROLE" = initiator ] && _ip=$LAB_PEER_IP
+    ip addr add $_ip/24 dev eth0 && ip link set eth0 up || return 1
+    LAB_NETDEV=eth0
 }
 
 lab_setup_target() {
@@ -140,10 +158,20 @@ lab_setup() {
     modprobe ublk_drv && waitfor /dev/ublk-control 5 || echo "warning: ublk_drv did not load"
     if [ "$LAB_SETUP" = minimal ]; then set +x; return 0; fi
     lab_setup_rxe || { set +x; echo "rxe setup failed"; dmesg | tail -20; return 1; }
-    lab_setup_target || { set +x; echo "target setup failed"; dmesg | tail -20; return 1; }
-    modprobe sd_mod && modprobe ib_srp || return 1
-    waitfor /sys/class/infiniband_srp/srp-rxe0-1/add_target 10 || return 1
+    if [ "${LAB_ROLE:-}" != initiator ]; then
+        lab_setup_target || { set +x; echo "target setup failed"; dmesg | tail -20; return 1; }
+    fi
+    if [ "${LAB_ROLE:-}" != target ]; then
+        modprobe sd_mod && modprobe ib_srp || return 1
+        waitfor /sys/class/infiniband_srp/srp-rxe0-1/add_target 10 || return 1
+    fi
     set +x
+    if [ "${LAB_ROLE:-}" = initiator ]; then
+        # the target guest's environment, which the host put in the share
+        cp /lab/target-env /tmp/lab-env || return 1
+        cat /tmp/lab-env
+        return 0
+    fi
     SG=$(cat /sys/module/ib_srpt/parameters/srpt_service_guid); SG=${SG#0x}
     SG=$(printf '%016x' 0x"$SG")
     cat > /tmp/lab-env <<EOF

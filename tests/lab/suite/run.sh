@@ -4,10 +4,12 @@
 # the lab, so nothing may skip there), anything else = fail. Logs go to $LAB_OUT/suite/NAME.log.
 # LAB_ONLY=pattern[,pattern...] runs only the tests whose name contains one of the patterns.
 # In a systemd guest (LAB_BOOT=systemd) the tests are those of suite/systemd, and in one whose
-# fabric and target a unit made at boot (LAB_SETUP=early) those of suite/boot.
+# fabric and target a unit made at boot (LAB_SETUP=early) those of suite/boot, and in the initiator
+# guest of a pair (lab.sh pair, the target in a second guest) those of suite/pair.
 SUITE=/usr/lib/srp-lab/suite
 [ "${LAB_BOOT:-init}" = systemd ] && SUITE=$SUITE/systemd
 [ "${LAB_SETUP:-full}" = early ] && SUITE=/usr/lib/srp-lab/suite/boot
+[ "${LAB_ROLE:-}" = initiator ] && SUITE=/usr/lib/srp-lab/suite/pair
 LIMIT=${SUITE_TEST_LIMIT:-600}
 # what a hung test leaves behind: tasks in D state with their kernel stacks, srp-ublk's queue threads
 dump_state() {
