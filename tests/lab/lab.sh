@@ -421,6 +421,8 @@ run_pair() {
     rm -f "$LAB/link.sock" "$LAB/out-target/target-env"
     LAB_ROLE=target run_guest "$HERE/guest/target-job.sh" &
     tpid=$!
+    # however this ends, the target guest powers off within a second of it
+    trap 'touch "$LAB/run-target/share/stop" 2>/dev/null' EXIT
     while [ ! -s "$LAB/out-target/target-env" ]; do
         kill -0 $tpid 2>/dev/null || die "the target guest stopped before its target was ready (console: $LAB/run-target/console.log)"
         [ $i -lt 600 ] || { kill $tpid; die "the target guest's target was not ready within 600 s (console: $LAB/run-target/console.log)"; }
@@ -429,6 +431,7 @@ run_pair() {
     log "target guest ready after ${i}s: $(cat "$LAB/out-target/target-env" | grep SRP_TARGET=)"
     LAB_ROLE=initiator run_guest "$script" || rc=$?
     touch "$LAB/run-target/share/stop"
+    trap - EXIT
     wait $tpid || log "warning: the target guest ended with status $? (console: $LAB/run-target/console.log)"
     return $rc
 }
