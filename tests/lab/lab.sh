@@ -347,15 +347,16 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
 run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return its exit status
     local script=$1
     [ -f "$script" ] || die "no such script: $script"
-    local RUN=$LAB/run OUT=$LAB/out root init=/init smp=$LAB_SMP mem=$LAB_MEM nic=(-nic none) pfx=
+    local RUN=$LAB/run OUT=$LAB/out root init=/init smp=$LAB_SMP mem=$LAB_MEM role=(-nic none) pfx=
     # a guest of a pair (run_pair): the target has run and output directories of its own; both get
-    # the virtio-net link (the target guest listens on its socket, the initiator connects)
+    # the virtio-net link (the target guest listens on its socket, the initiator connects) and a
+    # share they both mount (/lab-pair: the target guest's CPU counters for the bench)
     case ${LAB_ROLE:-} in
         target) RUN=$LAB/run-target; OUT=$LAB/out-target; smp=$LAB_TARGET_SMP; mem=$LAB_TARGET_MEM; pfx="target| "
-                nic=(-netdev "stream,id=n0,server=on,addr.type=unix,addr.path=$LAB/link.sock"
+                role=(-netdev "stream,id=n0,server=on,addr.type=unix,addr.path=$LAB/link.sock"
                      -device virtio-net-pci,netdev=n0,mac=02:00:00:77:00:01);;
         initiator) OUT=$LAB/out/pair
-                   nic=(-netdev "stream,id=n0,server=off,addr.type=unix,addr.path=$LAB/link.sock"
+                   role=(-netdev "stream,id=n0,server=off,addr.type=unix,addr.path=$LAB/link.sock"
                    -device virtio-net-pci,netdev=n0,mac=02:00:00:77:00:02);;
     esac
     case $LAB_BOOT in
@@ -365,6 +366,10 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
         *) die "LAB_BOOT=$LAB_BOOT: want init or systemd";;
     esac
     [ "$LAB_KERNEL" = new ] && OUT=$OUT/kernel-new
+    # LAB_QEMU_EXTRA is for the guest that runs the script, not for a pair's target guest
+    local extra=${LAB_QEMU_EXTRA:-}
+    [ "${LAB_ROLE:-}" = target ] && extra=
+    [ -n "${LAB_ROLE:-}" ] && role+=(-virtfs "local,path=$LAB/pair-share,mount_tag=pair,security_model=none,id=pair")
     rm -rf "$RUN"; mkdir -p "$RUN/share"
     rm -rf "$OUT"; mkdir -p "$OUT"
     overlay "$RUN/overlay.cpio.gz"
@@ -382,12 +387,12 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
     local t0=$SECONDS
     timeout --foreground -k 10 "$LAB_TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
         -smp "$smp" -m "$mem" -machine pc -nodefaults -no-reboot \
-        -display none -monitor none -serial "file:$CON" "${nic[@]}" \
+        -display none -monitor none -serial "file:$CON" "${role[@]}" \
         -kernel "$KDIR/boot/vmlinuz-$KV" -initrd "$RUN/initrd.gz" \
         -append "console=ttyS0,115200 rdinit=$init panic=-1 loglevel=3 mitigations=off quiet" \
         -virtfs "local,path=$RUN/share,mount_tag=lab,security_model=none,id=lab" \
         -virtfs "local,path=$OUT,mount_tag=labout,security_model=none,id=labout" \
-        ${LAB_QEMU_EXTRA:-} > "$RUN/qemu.log" 2>&1 &
+        $extra > "$RUN/qemu.log" 2>&1 &
     local qpid=$! qrc=0
     # stream the guest console live (the job's output goes there too)
     tail -n +1 -F --pid=$qpid "$CON" 2>/dev/null | sed -u "s/\r\$//; s/^/$pfx/" &
@@ -419,6 +424,7 @@ run_pair() {
     [ -f "$script" ] || die "no such script: $script"
     [ "$LAB_BOOT" = init ] || die "lab.sh pair boots LAB_BOOT=init guests only"
     rm -f "$LAB/link.sock" "$LAB/out-target/target-env"
+    rm -rf "$LAB/pair-share"; mkdir -p "$LAB/pair-share"   # both guests mount it (lab-pair)
     LAB_ROLE=target run_guest "$HERE/guest/target-job.sh" &
     tpid=$!
     # however this ends, the target guest powers off within a second of it

@@ -5,8 +5,9 @@ rublk's null target), the median over rounds of its and its peer's IOPS (ib_srp 
 per-round ratio srp-ublk / peer (median and range), and per I/O: srp-ublk's daemon system calls,
 context switches and CPU time, and the whole guest's CPU time for each; then the completion
 latency's p50 and p99 against the peer, each a ratio taken within the round; with a baseline binary
-(`BENCH_BASELINE`), the new binary against it round by round; then the whole-guest profile's split
-of that CPU time (initiator, fabric, target, fio, scheduler).
+(`BENCH_BASELINE`), the new binary against it round by round; with the target in a guest of its own
+(`BENCH_PAIR=1`), how busy each guest was and the target guest's CPU per I/O; then the whole-guest
+profile's split of that CPU time (initiator, fabric, target, fio, scheduler).
 
 usage: counters.py RAW_DIR OUT_JSON"""
 import json
@@ -33,7 +34,14 @@ for f in sorted(os.listdir(raw)):
     iops = job["read"]["iops"] + job["write"]["iops"]
     c0b, c0t, c1b, c1t = (int(x) for x in open(base + ".cpu").read().split())
     hz = os.sysconf("SC_CLK_TCK")
-    r = {"iops": iops, "ios": ios, "guest_cpu_us_per_io": (c1b - c0b) / hz * 1e6 / max(ios, 1)}
+    r = {"iops": iops, "ios": ios, "guest_cpu_us_per_io": (c1b - c0b) / hz * 1e6 / max(ios, 1),
+         "guest_busy": (c1b - c0b) / max(c1t - c0t, 1)}
+    if os.path.exists(base + ".tcpu"):
+        # the target guest's /proc/stat over the same run (lab.sh pair): its CPU per I/O and how
+        # busy it was, to tell a target-bound case from an initiator-bound one
+        t0b, t0t, t1b, t1t = (int(x) for x in open(base + ".tcpu").read().split())
+        r["target_cpu_us_per_io"] = (t1b - t0b) / hz * 1e6 / max(ios, 1)
+        r["target_busy"] = (t1b - t0b) / max(t1t - t0t, 1)
     # latency of the direction that did the I/O (the cases are reads or writes): fio's total
     # latency, from before io_submit to the reaped completion, in runs that asked for its
     # percentiles (--lat_percentiles=1, since 2026-12-04); the completion latency alone before
@@ -171,6 +179,20 @@ for case, by in runs.items():
             row[f"{q}_ratio_min"], row[f"{q}_ratio_max"] = (min(xs), max(xs)) if xs else (None, None)
             cells += [f"{row[f'{q}_us']:.0f}", f"{row[f'peer_{q}_us']:.0f}", rng(xs)]
         print(f"| {case} | {ini} | " + " | ".join(cells) + " |")
+# lab.sh pair: both guests' busy share and the target guest's CPU per I/O, per initiator
+pair = [(c, i) for c, by in runs.items() for i in sorted(by) if not math.isnan(m(by[i], "target_busy"))]
+if pair:
+    print("\nBoth guests (lab.sh pair; medians over rounds): how busy each was, and the target guest's CPU"
+          " per I/O:\n")
+    print("| case | initiator | IOPS | initiator guest busy | target guest busy | target guest CPU us/IO |")
+    print("|---|---|---|---|---|---|")
+    for case, ini in pair:
+        d = runs[case][ini]
+        key = case if ini == "srp_ublk" else f"{case} {ini}"
+        table.setdefault(key, {})[f"guests_{ini}"] = {k: m(d, k) for k in
+                                                      ("guest_busy", "target_busy", "target_cpu_us_per_io")}
+        print(f"| {case} | {ini} | {m(d, 'iops'):.0f} | {m(d, 'guest_busy'):.0%} | {m(d, 'target_busy'):.0%} | "
+              f"{m(d, 'target_cpu_us_per_io'):.0f} |")
 # BENCH_BASELINE: the binary under test against the one before, round by round (the same boot, the
 # same rounds, so a change smaller than the spread between boots still shows)
 base = [c for c, by in runs.items() if "srp_ublk" in by and "srp_ublk_baseline" in by]

@@ -22,7 +22,10 @@ CASES=${BENCH_CASES:-"randread-4k-qd1:randread:4k:1:1 randwrite-4k-qd1:randwrite
 randread-4k-qd32:randread:4k:32:1 randwrite-4k-qd32:randwrite:4k:32:1"}
 
 die() { echo "counters: error: $*"; srp-ublk del --all >/dev/null 2>&1; lab-ref-detach >/dev/null 2>&1; exit 1; }
-cpu() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+cpu() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' "${1:-/proc/stat}"; }
+# the target guest's CPU line, when it is a guest of its own (lab.sh pair): it copies its
+# /proc/stat to the share both guests mount every 0.2 s
+TSTAT=/lab-pair/stat
 # daemon_pid DEV: the pid in srp-ublk's state file for DEV
 daemon_pid() { grep -o '"pid": *[0-9]*' "/run/srp-ublk/${1#/dev/}.json" | grep -o '[0-9]*$'; }
 # note_pin NAME PID: what that daemon pins per queue, into meta
@@ -46,12 +49,14 @@ run() {
         sleep 0.2
     fi
     _c0=$(cpu)
+    [ -r "$TSTAT" ] && _t0=$(cpu "$TSTAT")
     [ -z "$_pp" ] || _x0=$(ctx "$5")
     fio --name="$_name" --filename="$4" --ioengine=libaio --direct=1 --rw="$_rw" --bs="$_bs" \
         --iodepth="$_qd" --numjobs="$_nj" --group_reporting --runtime="$SECS" --time_based \
         --size=192m --offset_increment=32m --randrepeat=0 --norandommap --eta=never --lat_percentiles=1 \
         --output-format=json --output="$_f.json" || die "fio $_name on $2 ($4) failed"
     _c1=$(cpu)
+    [ -r "$TSTAT" ] && echo "$_t0 $(cpu "$TSTAT")" > "$_f.tcpu"
     if [ -n "$_pp" ]; then
         echo "$_x0 $(ctx "$5")" > "$_f.ctx"
         kill -INT "$_pp"; wait "$_pp"

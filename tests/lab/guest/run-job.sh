@@ -20,6 +20,11 @@ if ! { /usr/sbin/modprobe 9pnet_virtio && /usr/sbin/modprobe 9p &&
 fi
 
 . /lab/env
+# a guest of a pair (lab.sh pair): the share both guests mount
+if [ -n "${LAB_ROLE:-}" ]; then
+    mkdir -p /lab-pair
+    mount -t 9p -o trans=virtio,version=9p2000.L pair /lab-pair || echo "lab: warning: the pair's share did not mount"
+fi
 export LAB_OUT=/lab-out CI LAB_SETUP SRP_LUN_MB LAB_JOB_NAME LAB_ONLY LAB_BOOT LAB_ROLE
 . /usr/lib/srp-lab/setup.sh
 

@@ -13,8 +13,7 @@ rc=$?
 cat /tmp/fio.txt
 cp /tmp/fio.txt "$LAB_OUT/fio-verify.txt"
 [ $rc = 0 ] || fail "fio exited $rc"
-grep -q 'err= 0' /tmp/fio.txt || fail "fio reported errors"
-grep -qi 'verify.*fail\|bad magic\|crc32c: verify failed' /tmp/fio.txt && fail "verify failures"
+fio_verified /tmp/fio.txt
 ok "fio verify passed"
 trap - EXIT
 ublk_cleanup

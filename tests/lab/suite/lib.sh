@@ -31,6 +31,21 @@ ublk_cleanup() { srp-ublk del --all >/dev/null 2>&1; lab-ref-detach >/dev/null 2
 show_logs() { for f in /run/srp-ublk/logs/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done; }
 # sha FILE-or-DEV [SKIP_MIB COUNT_MIB]: sha256 of a range read with O_DIRECT
 sha_range() { dd if="$1" bs=1M skip="$2" count="$3" iflag=direct 2>/dev/null | sha256sum | cut -c1-64; }
+# cross_check DEV OTHER: two initiators' devices on the same LUN: 16 MiB written through DEV read
+# back identical through OTHER (at 32 MiB), and 16 MiB written through OTHER through DEV (at 64 MiB)
+cross_check() {
+    pattern /tmp/a 16
+    dd if=/tmp/a of="$1" bs=1M seek=32 oflag=direct conv=fsync 2>/dev/null || fail "write via $1"
+    expect_eq "$1 -> $2" "$(sha_range "$2" 32 16)" "$(sha256sum < /tmp/a | cut -c1-64)"
+    pattern /tmp/b 16
+    dd if=/tmp/b of="$2" bs=1M seek=64 oflag=direct conv=fsync 2>/dev/null || fail "write via $2"
+    expect_eq "$2 -> $1" "$(sha_range "$1" 64 16)" "$(sha256sum < /tmp/b | cut -c1-64)"
+}
+# fio_verified OUT: fio's output OUT shows no verify failure and no I/O error
+fio_verified() {
+    grep -qi 'verify.*fail\|bad magic\|crc32c: verify failed\|bad header' "$1" && fail "verify failures"
+    grep -q 'err= 0' "$1" || fail "fio reported I/O errors"
+}
 # reliability helpers (tests 30-3x)
 now() { cut -d' ' -f1 /proc/uptime; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN{printf "%.1f", a-b}'; }
@@ -142,8 +157,7 @@ verify_stop() {
     [ -f /tmp/fio-verify.done ] || stuck_dump
     cat /tmp/fio-verify.txt; cp /tmp/fio-verify.txt "$LAB_OUT/$(basename "$0" .sh)-fio.txt"
     [ -f /tmp/fio-verify.done ] || fail "fio did not stop within 240 s of SIGINT (I/O stuck?)"
-    grep -qi 'verify.*fail\|bad magic\|crc32c: verify failed\|bad header' /tmp/fio-verify.txt && fail "verify failures"
-    grep -q 'err= 0' /tmp/fio-verify.txt || fail "fio reported I/O errors"
+    fio_verified /tmp/fio-verify.txt
     _w=$(grep -o 'WRITE: bw=[^,]*, [^,]*, io=[^ ,]*' /tmp/fio-verify.txt | sed 's/.*io=//')
     ok "fio verify: 0 errors, $_w written and verified"
 }

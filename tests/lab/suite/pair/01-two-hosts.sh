@@ -11,12 +11,7 @@ ok "target at ${SRP_TARGET##*dest=}, across the link from $(/usr/bin/ip -4 addr 
 dev=$(ublk_add --queues 2) || fail "add: $dev"
 sd=$(lab-ref-attach) || fail "lab-ref-attach"
 ok "srp-ublk $dev and ib_srp $sd on the remote LUN"
-pattern /tmp/a 16
-dd if=/tmp/a of="$dev" bs=1M seek=32 oflag=direct conv=fsync 2>/dev/null || fail "write via $dev"
-expect_eq "srp-ublk -> ib_srp" "$(sha_range "$sd" 32 16)" "$(sha256sum < /tmp/a | cut -c1-64)"
-pattern /tmp/b 16
-dd if=/tmp/b of="$sd" bs=1M seek=64 oflag=direct conv=fsync 2>/dev/null || fail "write via $sd"
-expect_eq "ib_srp -> srp-ublk" "$(sha_range "$dev" 64 16)" "$(sha256sum < /tmp/b | cut -c1-64)"
+cross_check "$dev" "$sd"
 lab-ref-detach >/dev/null
 fio --name=verify --filename="$dev" --ioengine=libaio --direct=1 --rw=randrw \
     --bssplit=512/10:4k/40:64k/25:256k/15:1m/10 --iodepth=32 --numjobs=2 \
@@ -26,8 +21,7 @@ fio --name=verify --filename="$dev" --ioengine=libaio --direct=1 --rw=randrw \
 rc=$?
 cat /tmp/fio.txt
 [ $rc = 0 ] || fail "fio exited $rc"
-grep -q 'err= 0' /tmp/fio.txt || fail "fio reported errors"
-grep -qi 'verify.*fail\|bad magic\|crc32c: verify failed' /tmp/fio.txt && fail "verify failures"
+fio_verified /tmp/fio.txt
 ok "fio verify across the link passed"
 trap - EXIT
 ublk_cleanup
