@@ -351,14 +351,15 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
     # a guest of a pair (run_pair): the target has run and output directories of its own; both get
     # the virtio-net link (the target guest listens on its socket, the initiator connects) and a
     # share they both mount (/lab-pair: the target guest's CPU counters for the bench)
+    local server mac
     case ${LAB_ROLE:-} in
         target) RUN=$LAB/run-target; OUT=$LAB/out-target; smp=$LAB_TARGET_SMP; mem=$LAB_TARGET_MEM; pfx="target| "
-                role=(-netdev "stream,id=n0,server=on,addr.type=unix,addr.path=$LAB/link.sock"
-                     -device virtio-net-pci,netdev=n0,mac=02:00:00:77:00:01);;
-        initiator) OUT=$LAB/out/pair
-                   role=(-netdev "stream,id=n0,server=off,addr.type=unix,addr.path=$LAB/link.sock"
-                   -device virtio-net-pci,netdev=n0,mac=02:00:00:77:00:02);;
+                server=on; mac=02:00:00:77:00:01;;
+        initiator) OUT=$LAB/out/pair; server=off; mac=02:00:00:77:00:02;;
     esac
+    [ -n "${LAB_ROLE:-}" ] && role=(-netdev "stream,id=n0,server=$server,addr.type=unix,addr.path=$LAB/link.sock"
+                                    -device "virtio-net-pci,netdev=n0,mac=$mac"
+                                    -virtfs "local,path=$LAB/pair-share,mount_tag=pair,security_model=none,id=pair")
     case $LAB_BOOT in
         init) image; root=$BASE;;
         systemd) sysroot; root=$SYSROOT; OUT=$LAB/out/systemd; init=/sbin/init
@@ -369,7 +370,6 @@ run_guest() {   # run_guest SCRIPT: boot a fresh guest, run SCRIPT in it, return
     # LAB_QEMU_EXTRA is for the guest that runs the script, not for a pair's target guest
     local extra=${LAB_QEMU_EXTRA:-}
     [ "${LAB_ROLE:-}" = target ] && extra=
-    [ -n "${LAB_ROLE:-}" ] && role+=(-virtfs "local,path=$LAB/pair-share,mount_tag=pair,security_model=none,id=pair")
     rm -rf "$RUN"; mkdir -p "$RUN/share"
     rm -rf "$OUT"; mkdir -p "$OUT"
     overlay "$RUN/overlay.cpio.gz"
@@ -434,7 +434,7 @@ run_pair() {
         [ $i -lt 600 ] || { kill $tpid; die "the target guest's target was not ready within 600 s (console: $LAB/run-target/console.log)"; }
         sleep 1; i=$((i + 1))
     done
-    log "target guest ready after ${i}s: $(cat "$LAB/out-target/target-env" | grep SRP_TARGET=)"
+    log "target guest ready after ${i}s: $(grep SRP_TARGET= "$LAB/out-target/target-env")"
     LAB_ROLE=initiator run_guest "$script" || rc=$?
     touch "$LAB/run-target/share/stop"
     trap - EXIT

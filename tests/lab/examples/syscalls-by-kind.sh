@@ -5,7 +5,7 @@
 # each system call over 8 s of fio. Per case, $LAB_OUT/syscalls-CASE.txt holds perf's counts and the
 # I/Os; the summary (calls per I/O, by kind) is printed and left in $LAB_OUT/syscalls.txt.
 dev=$(srp-ublk add --target "$SRP_TARGET" --queues 2 --depth 64 ${POLL:+--poll $POLL}) || exit 1
-pid=$(grep -o '"pid": *[0-9]*' /run/srp-ublk/ublkb0.json | grep -o '[0-9]*$')
+pid=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${dev#/dev/}.json" | grep -o '[0-9]*$')
 kinds="io_uring_enter write read sched_yield futex epoll_wait ioctl poll ppoll clock_nanosleep nanosleep"
 evs="-e raw_syscalls:sys_enter"
 for k in $kinds; do evs="$evs -e syscalls:sys_enter_$k"; done
