@@ -7,7 +7,9 @@ context switches and CPU time, and the whole guest's CPU time for each; then the
 latency's p50 and p99 against the peer, each a ratio taken within the round; with a baseline binary
 (`BENCH_BASELINE`), the new binary against it round by round; with the target in a guest of its own
 (`BENCH_PAIR=1`), how busy each guest was and the target guest's CPU per I/O; then the whole-guest
-profile's split of that CPU time (initiator, fabric, target, fio, scheduler).
+profile's split of that CPU time (initiator, fabric, target, fio, scheduler), of the target guest's
+too in a pair; and perftest's 4 KiB message rate on the same device with each initiator's best 4 KiB
+random read against it.
 
 usage: counters.py RAW_DIR OUT_JSON"""
 import json
@@ -17,6 +19,7 @@ import statistics
 import sys
 
 from guestprof import CATS, busy_us_per_io, profiled, samples, where
+from report import perftest
 
 raw, out_json = sys.argv[1], sys.argv[2]
 runs = {}
@@ -42,6 +45,10 @@ for f in sorted(os.listdir(raw)):
         t0b, t0t, t1b, t1t = (int(x) for x in open(base + ".tcpu").read().split())
         r["target_cpu_us_per_io"] = (t1b - t0b) / hz * 1e6 / max(ios, 1)
         r["target_busy"] = (t1b - t0b) / max(t1t - t0t, 1)
+    if os.path.exists(base + ".pkts"):
+        # RoCE packets on the initiator guest's port over the run (sent + received)
+        s0, r0, s1, r1 = (int(x) for x in open(base + ".pkts").read().split())
+        r["pkts_per_io"] = (s1 - s0 + r1 - r0) / max(ios, 1)
     # latency of the direction that did the I/O (the cases are reads or writes): fio's total
     # latency, from before io_submit to the reaped completion, in runs that asked for its
     # percentiles (--lat_percentiles=1, since 2026-12-04); the completion latency alone before
@@ -99,27 +106,63 @@ def rng(xs):
     return f"{med(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})" if xs else "-"
 
 
-def print_profiles(raw, table):
+def print_profiles(raw, table, guest="initiator"):
     rows = []
-    for case, ini in profiled(raw):
+    for case, ini in profiled(raw, guest):
         n = {}
-        for comm, dso, ring, sym, count in samples(raw, case, ini):
+        for comm, dso, ring, sym, count in samples(raw, case, ini, guest):
             cat = where(comm, dso, ring, sym)
             n[cat] = n.get(cat, 0) + count
-        busy_us = busy_us_per_io(raw, case, ini)
+        busy_us = busy_us_per_io(raw, case, ini, guest)
         work = sum(v for k, v in n.items() if k != "idle") or 1
         split = {c: busy_us * n.get(c, 0) / work for c in CATS}
         rows.append((case, ini, busy_us, split))
         key = case if ini == "srp_ublk" else f"{case} {ini}"
-        table.setdefault(key, {})["profile_us_per_io"] = {"guest": busy_us, **split}
+        name = "profile_us_per_io" if guest == "initiator" else "target_guest_profile_us_per_io"
+        table.setdefault(key, {})[name] = {"guest": busy_us, **split}
     if not rows:
         return
-    print("\nWhere the guest's CPU goes, us per I/O (one profiled run per case: perf cpu-clock on every CPU,"
+    which = "the guest's" if guest == "initiator" else "the target guest's (lab.sh pair, the same window)"
+    print(f"\nWhere {which} CPU goes, us per I/O (one profiled run per case: perf cpu-clock on every CPU,"
           " each sample by its module, symbol or task; busy time from /proc/stat):\n")
     print("| case | initiator | guest | " + " | ".join(CATS) + " |")
     print("|---|---|---|" + "---|" * len(CATS))
     for case, ini, busy, split in rows:
         print(f"| {case} | {ini} | {busy:.0f} | " + " | ".join(f"{split[c]:.0f}" for c in CATS) + " |")
+
+
+def print_perftest(raw, runs, table, secs):
+    """perftest's 4 KiB ib_write_bw message rate on the same device (the fabric's limit), each
+    initiator's best 4 KiB random read against it, and each guest's CPU per message."""
+    rate = perftest(raw).get("ib_write_bw")
+    if not rate:
+        return
+    cpu, pkts = {}, []
+    for kind, name in (("cpu", "initiator guest"), ("tcpu", "target guest"), ("pkts", None)):
+        us = []
+        for f in sorted(os.listdir(raw)):
+            if f.startswith("perftest.ib_write_bw.") and f.endswith(f".{kind}"):
+                x0, y0, x1, y1 = (int(x) for x in open(os.path.join(raw, f)).read().split())
+                if name:
+                    us.append((x1 - x0) / os.sysconf("SC_CLK_TCK") * 1e6 / (rate * secs))
+                else:
+                    pkts.append((x1 - x0 + y1 - y0) / (rate * secs))
+        if us:
+            cpu[name] = med(us)
+    best = {}
+    for case, by in runs.items():
+        if case.startswith("randread-4k"):
+            for ini, d in by.items():
+                best[ini] = max(best.get(ini, 0), m(d, "iops"))
+    table["perftest"] = {"ib_write_bw_msg_per_s": rate, "cpu_us_per_msg": cpu, "pkts_per_msg": med(pkts),
+                         "best_randread_4k_vs_msg_rate": {i: v / rate for i, v in best.items()}}
+    print(f"\nThe fabric's limit (perftest ib_write_bw, 4 KiB, median of 2 runs): {rate:.0f} msg/s; best 4 KiB"
+          " random read against it: " + ", ".join(f"{i} {v / rate:.2f}" for i, v in sorted(best.items()))
+          + (f"; {med(pkts):.2f} RoCE packets per message (sent + received)" if pkts else ""))
+    if cpu:
+        print("CPU per perftest message (each guest's busy time over the client's run, setup included; the"
+              " client, in the initiator guest, polls its CQ without sleeping): "
+              + ", ".join(f"{k} {v:.0f} us" for k, v in cpu.items()))
 
 
 def peer(ini):
@@ -193,6 +236,21 @@ if pair:
                                                       ("guest_busy", "target_busy", "target_cpu_us_per_io")}
         print(f"| {case} | {ini} | {m(d, 'iops'):.0f} | {m(d, 'guest_busy'):.0%} | {m(d, 'target_busy'):.0%} | "
               f"{m(d, 'target_cpu_us_per_io'):.0f} |")
+# what each initiator put on the wire per I/O (rxe's port counters)
+wire = [(c, i) for c, by in runs.items() for i in sorted(by) if not math.isnan(m(by[i], "pkts_per_io"))]
+if wire:
+    print("\nRoCE packets per I/O on the initiator guest's port (sent + received, medians over rounds; in one"
+          " guest both ends' packets pass through it):\n")
+    print("| case | " + " | ".join(sorted({i for _, i in wire})) + " |")
+    print("|---|" + "---|" * len({i for _, i in wire}))
+    for case in dict.fromkeys(c for c, _ in wire):
+        cells = []
+        for ini in sorted({i for _, i in wire}):
+            v = m(runs[case].get(ini, {}), "pkts_per_io")
+            cells.append("-" if math.isnan(v) else f"{v:.2f}")
+            if not math.isnan(v):
+                table.setdefault(case if ini == "srp_ublk" else f"{case} {ini}", {})[f"pkts_per_io_{ini}"] = v
+        print(f"| {case} | " + " | ".join(cells) + " |")
 # BENCH_BASELINE: the binary under test against the one before, round by round (the same boot, the
 # same rounds, so a change smaller than the spread between boots still shows)
 base = [c for c, by in runs.items() if "srp_ublk" in by and "srp_ublk_baseline" in by]
@@ -212,8 +270,10 @@ if base:
         }
         print(f"| {case} | {' '.join(f'{x:.2f}' for x in xs)} | {med(xs):.2f} | "
               f"{sum(x > 1 for x in xs)} of {len(xs)} | {rng(p50)} | {rng(p99)} |")
-print_profiles(raw, table)
 meta = dict(l.strip().split("=", 1) for l in open(os.path.join(raw, "meta")) if "=" in l)
+print_profiles(raw, table)
+print_profiles(raw, table, "target")
+print_perftest(raw, runs, table, int(meta["secs"]))
 pins = [f"{k[len('pin_kb_per_queue_'):]} {int(v) / 1024:.1f} MiB" for k, v in sorted(meta.items())
         if k.startswith("pin_kb_per_queue_")]
 if pins:

@@ -26,6 +26,17 @@ cpu() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' "${1:-/p
 # the target guest's CPU line, when it is a guest of its own (lab.sh pair): it copies its
 # /proc/stat to the share both guests mount every 0.2 s
 TSTAT=/lab-pair/stat
+# pkts: RoCE packets sent and received so far on this guest's port (rxe's port counters; in one
+# guest both ends' packets pass through it)
+pkts() { rdma statistic show link "$LAB_RDMA_DEV/1" | tr ' ' '\n' |
+         awk 'prev == "sent_pkts" {s = $1} prev == "rcvd_pkts" {r = $1} {prev = $1} END {print s + 0, r + 0}'; }
+# tcpu: the target guest's CPU line (read again if it was caught between truncation and write)
+tcpu() {
+    for _i in 1 2 3 4 5 6 7 8 9 10; do
+        _v=$(cpu "$TSTAT"); [ -n "$_v" ] && { echo "$_v"; return; }; sleep 0.05
+    done
+    die "the target guest's CPU line $TSTAT stays empty"
+}
 # daemon_pid DEV: the pid in srp-ublk's state file for DEV
 daemon_pid() { grep -o '"pid": *[0-9]*' "/run/srp-ublk/${1#/dev/}.json" | grep -o '[0-9]*$'; }
 # note_pin NAME PID: what that daemon pins per queue, into meta
@@ -35,7 +46,7 @@ note_pin() { echo "pin_kb_per_queue_$1=$(( $(awk '/^VmPin/{print $2}' "/proc/$2/
 ctx() { cat /proc/"$1"/task/*/status 2>/dev/null |
         awk '/^voluntary_ctxt/{v+=$2} /^nonvoluntary_ctxt/{n+=$2} END{print v+0, n+0}'; }
 # run CASE INITIATOR ROUND DEV [PID]: one fio run, perf stat on PID (srp-ublk's daemon) alongside;
-# writes CASE.INITIATOR.ROUND.{json,cpu,perf,ctx}
+# writes CASE.INITIATOR.ROUND.{json,cpu,pkts,perf,ctx} (and tcpu in a pair)
 run() {
     _name=${1%%:*}; _rest=${1#*:}
     _rw=$(echo "$_rest" | cut -d: -f1); _bs=$(echo "$_rest" | cut -d: -f2)
@@ -48,15 +59,17 @@ run() {
         _pp=$!
         sleep 0.2
     fi
+    _k0=$(pkts)
     _c0=$(cpu)
-    [ -r "$TSTAT" ] && _t0=$(cpu "$TSTAT")
+    [ -r "$TSTAT" ] && _t0=$(tcpu)
     [ -z "$_pp" ] || _x0=$(ctx "$5")
     fio --name="$_name" --filename="$4" --ioengine=libaio --direct=1 --rw="$_rw" --bs="$_bs" \
         --iodepth="$_qd" --numjobs="$_nj" --group_reporting --runtime="$SECS" --time_based \
         --size=192m --offset_increment=32m --randrepeat=0 --norandommap --eta=never --lat_percentiles=1 \
         --output-format=json --output="$_f.json" || die "fio $_name on $2 ($4) failed"
     _c1=$(cpu)
-    [ -r "$TSTAT" ] && echo "$_t0 $(cpu "$TSTAT")" > "$_f.tcpu"
+    [ -r "$TSTAT" ] && echo "$_t0 $(tcpu)" > "$_f.tcpu"
+    echo "$_k0 $(pkts)" > "$_f.pkts"
     if [ -n "$_pp" ]; then
         echo "$_x0 $(ctx "$5")" > "$_f.ctx"
         kill -INT "$_pp"; wait "$_pp"
@@ -69,6 +82,25 @@ echo "counters: $(uname -r), $(nproc) vCPUs, rounds=$ROUNDS secs=$SECS queues=$Q
 { echo "kernel=$(uname -r)"; echo "rounds=$ROUNDS"; echo "secs=$SECS"; echo "queues=$QUEUES";
   echo "depth=$DEPTH"; echo "vcpus=$(nproc)"; echo "version=$(srp-ublk --version)"
   [ "${LAB_ROLE:-}" = initiator ] && echo "lab=two guests: LIO in a guest of its own (lab.sh pair)"; } > "$OUT/meta"
+# the fabric's own limit on the same device: perftest's 4 KiB ib_write_bw message rate (2 runs), its
+# server where the target is (the target guest of a pair, else this guest), with each guest's CPU
+PAIR=; [ "${LAB_ROLE:-}" = initiator ] && PAIR=1
+for r in 1 2; do
+    _f=$OUT/perftest.ib_write_bw.$r
+    if [ -n "$PAIR" ]; then
+        lab-target serve ib_write_bw -s 4096 -D "$SECS" -q 1 || die "no perftest server in the target guest"
+    else
+        ib_write_bw -d "$LAB_RDMA_DEV" -s 4096 -D "$SECS" -q 1 > "$_f.server" 2>&1 &
+        sleep 1
+    fi
+    _k0=$(pkts); _c0=$(cpu); [ -r "$TSTAT" ] && _t0=$(tcpu)
+    ib_write_bw -d "$LAB_RDMA_DEV" -s 4096 -D "$SECS" -q 1 10.77.0.1 > "$_f.txt" 2>&1 ||
+        { cat "$_f.txt"; die "ib_write_bw failed"; }
+    echo "$_c0 $(cpu)" > "$_f.cpu"; [ -r "$TSTAT" ] && echo "$_t0 $(tcpu)" > "$_f.tcpu"
+    echo "$_k0 $(pkts)" > "$_f.pkts"
+    wait
+    echo "counters: perftest ib_write_bw run $r: $(grep -E '^ *[0-9]+ +[0-9]+' "$_f.txt" | tail -1)"
+done
 # srp-ublk with each rkey scope (BENCH_SCOPES, default "command login"): srp_ublk is the default
 # (command: a memory window per command), srp_ublk_login the login-wide registration
 SCOPES=${BENCH_SCOPES:-"command login"}
@@ -140,24 +172,45 @@ for r in $(seq "$ROUNDS"); do
         done
     done
 done
-# one more run per case and initiator under a whole-guest profile (perf cpu-clock on every CPU; TCG has
-# no PMU): counters.py splits the guest's CPU by where each sample landed (initiator, fabric, target,
-# fio, scheduler). BENCH_PROFILE=0 skips it.
+# one more run per case and initiator under a whole-guest profile (perf cpu-clock on every CPU with call
+# chains; TCG has no PMU): counters.py splits the guest's CPU by where each sample landed (initiator,
+# fabric, target, fio, scheduler), a sample taken where interrupts came back on charged to the
+# holder of the lock (lab-prof-fold). BENCH_PROFILE=0 skips it.
 if [ "${BENCH_PROFILE:-1}" != 0 ]; then
     for c in $CASES; do
         for e in $inis; do
             ini=${e%%:*}; rest=${e#*:}
             name=${c%%:*}
-            perf record -a -e cpu-clock -F 499 -o /tmp/prof.data -- sleep "$((SECS + 1))" >/dev/null 2>&1 &
+            # the target guest of a pair profiles itself over the same window
+            _tp=
+            if [ -n "$PAIR" ]; then
+                # its window holds fio's run: from its first sample to 2 s after
+                lab-target prof "$((SECS + 3))" "$name.$ini" &
+                _tp=$!
+                _i=0
+                while [ ! -e "/lab-pair/$name.$ini.recording" ]; do
+                    [ $_i -lt 300 ] || die "the target guest's profile of $name $ini did not start"
+                    sleep 0.1; _i=$((_i + 1))
+                done
+                rm -f "/lab-pair/$name.$ini.recording"
+            fi
+            perf record -a -g -e cpu-clock -F 499 -o /tmp/prof.data -- sleep "$((SECS + 1))" >/dev/null 2>&1 &
             _rp=$!
             sleep 0.5
             run "$c" "$ini" prof "${rest%%:*}"
             wait "$_rp"
-            perf report -i /tmp/prof.data --no-children --sort comm,dso,sym --stdio -q -F overhead,sample,comm,dso,sym \
-                2>/dev/null | grep '%' > "$OUT/$name.$ini.prof.samples" || die "perf report failed for $name $ini"
+            if [ -n "$_tp" ]; then
+                wait "$_tp" || die "the target guest's profile of $name $ini failed"
+                mv "/lab-pair/$name.$ini.samples" "$OUT/$name.$ini.tprof.samples"
+                mv "/lab-pair/$name.$ini.modules" "$OUT/tprof.modules"
+            fi
+            lab-prof-fold /tmp/prof.data > "$OUT/$name.$ini.prof.samples" && [ -s "$OUT/$name.$ini.prof.samples" ] ||
+                die "no profile of $name $ini (lab-prof-fold /tmp/prof.data)"
         done
     done
 fi
+# each module symbol and its module: perf reports module symbols under [kernel.kallsyms] here
+awk 'NF >= 4 {gsub(/[][]/, "", $4); print $3, $4}' /proc/kallsyms > "$OUT/prof.modules"
 [ -n "${RD:-}" ] && { $R del -n "${RD#/dev/ublkb}" >/dev/null 2>&1 || die "rublk del failed"; }
 [ -n "${BD:-}" ] && { $B del -n "${BD#/dev/ublkb}" >/dev/null || die "baseline del failed"; }
 srp-ublk del --all >/dev/null || die "srp-ublk del failed"

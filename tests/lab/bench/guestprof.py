@@ -1,7 +1,9 @@
 """The whole-guest profile of `just bench counters` (perf cpu-clock on every vCPU, reported per
-comm, DSO and symbol): where each sample landed (initiator, fabric, target, fio, scheduler, other,
-idle) and the guest's busy time per I/O of a profiled run. Used by counters.py (the split per
-category) and symbols.py (the split per task and symbol)."""
+comm, DSO and symbol; since 2026-12-04 folded from call chains by lab-prof-fold, which charges a
+sample taken where interrupts came back on to the lock's holder): where each sample landed
+(initiator, fabric, target, fio, scheduler, other, idle) and the guest's busy time per I/O of a
+profiled run. Used by counters.py (the split per category), symbols.py (the split per task and
+symbol) and irqoff.py."""
 import json
 import os
 import re
@@ -15,7 +17,7 @@ PROF_LINE = re.compile(r"^\s*(?P<pct>[\d.]+)%\s+(?P<samples>\d+)\s+(?P<comm>\S+)
 # what is left goes to the task it ran in: srp-ublk's threads -> initiator, fio -> fio.
 MODULES = {
     "fabric": ("rdma_rxe", "ib_uverbs", "ib_core", "rdma_cm", "ib_cm", "iw_cm", "rdma_ucm", "udp_tunnel",
-               "ip6_udp_tunnel"),
+               "ip6_udp_tunnel", "virtio_net", "net_failover"),
     "target": ("ib_srpt", "target_core"),
     "initiator": ("ib_srp", "scsi_transport_srp", "scsi_mod", "sd_mod", "ublk_drv"),
 }
@@ -71,24 +73,47 @@ def where(comm, dso, ring, sym):
 CATS = ("initiator", "fabric", "target", "fio", "sched", "other")
 
 
-def samples(raw, case, ini):
-    """(comm, dso, ring, sym, samples) of each line of a profiled run's report."""
-    for line in open(os.path.join(raw, f"{case}.{ini}.prof.samples")):
+# Which guest's profile: the initiator guest's (the one that ran fio, "prof") or, with the target in a
+# guest of its own (lab.sh pair), the target guest's over the same window ("tprof"); each with its
+# /proc/stat over fio's run.
+GUESTS = {"initiator": ("prof", "cpu"), "target": ("tprof", "tcpu")}
+
+
+def module_map(raw, guest):
+    """Each module symbol's module in that guest ({"rxe_rcv": "rdma_rxe"}), from its /proc/kallsyms
+    (PROFILE.modules, written beside the profile since 2026-12-04; {} for older runs). The guest's
+    perf reports module symbols under [kernel.kallsyms], so without it a module's work is placed by
+    its symbol's prefix or the task it ran in."""
+    path = os.path.join(raw, f"{GUESTS[guest][0]}.modules")
+    if not os.path.exists(path):
+        return {}
+    return dict(line.split()[:2] for line in open(path) if len(line.split()) >= 2)
+
+
+def samples(raw, case, ini, guest="initiator"):
+    """(comm, dso, ring, sym, samples) of each line of a profiled run's report; a module symbol's
+    DSO is its module ("[rdma_rxe]") where the run recorded the guest's modules."""
+    mods = module_map(raw, guest)
+    for line in open(os.path.join(raw, f"{case}.{ini}.{GUESTS[guest][0]}.samples")):
         m = PROF_LINE.match(line)
         if m:
-            yield m["comm"], m["dso"], m["ring"], m["sym"], int(m["samples"])
+            dso = m["dso"]
+            if dso == "[kernel.kallsyms]" and m["sym"] in mods:
+                dso = f"[{mods[m['sym']]}]"
+            yield m["comm"], dso, m["ring"], m["sym"], int(m["samples"])
 
 
-def busy_us_per_io(raw, case, ini):
-    """The guest's busy CPU time per I/O of a profiled run (/proc/stat over fio's run)."""
+def busy_us_per_io(raw, case, ini, guest="initiator"):
+    """A guest's busy CPU time per I/O of a profiled run (/proc/stat over fio's run)."""
     base = os.path.join(raw, f"{case}.{ini}.prof")
     job = json.load(open(base + ".json"))["jobs"][0]
     ios = job["read"]["total_ios"] + job["write"]["total_ios"]
-    c0b, _, c1b, _ = (int(x) for x in open(base + ".cpu").read().split())
+    c0b, _, c1b, _ = (int(x) for x in open(f"{base}.{GUESTS[guest][1]}").read().split())
     return (c1b - c0b) / os.sysconf("SC_CLK_TCK") * 1e6 / max(ios, 1)
 
 
-def profiled(raw):
-    """(case, initiator) of every profiled run in `raw`."""
-    return [tuple(f[: -len(".prof.samples")].rsplit(".", 1)) for f in sorted(os.listdir(raw))
-            if f.endswith(".prof.samples")]
+def profiled(raw, guest="initiator"):
+    """(case, initiator) of every profiled run in `raw` (of that guest)."""
+    end = f".{GUESTS[guest][0]}.samples"
+    return [tuple(f[: -len(end)].rsplit(".", 1)) for f in sorted(os.listdir(raw))
+            if f.endswith(end)]
