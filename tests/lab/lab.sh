@@ -312,7 +312,7 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
     # unpacks the second archive, so a real /lib here would hide the base's /lib/modules
     ln -s usr/bin "$STAGE/bin"; ln -s usr/sbin "$STAGE/sbin"; ln -s usr/lib "$STAGE/lib"; ln -s usr/lib64 "$STAGE/lib64"
     install -m 755 "$HERE/guest/lab-ref-attach" "$HERE/guest/lab-ref-detach" "$HERE/guest/lab-target" \
-        "$HERE/guest/lab-prof-fold" "$STAGE/usr/local/bin/"
+        "$HERE/guest/lab-prof" "$STAGE/usr/local/bin/"
     install -m 644 "$HERE/guest/setup.sh" "$HERE/guest/run-job.sh" "$STAGE/usr/lib/srp-lab/"
     cp -r "$HERE/suite" "$STAGE/usr/lib/srp-lab/suite"
     if [ "$LAB_BOOT" = systemd ]; then

@@ -12,6 +12,7 @@ too in a pair; and perftest's 4 KiB message rate on the same device with each in
 random read against it.
 
 usage: counters.py RAW_DIR OUT_JSON"""
+import glob
 import json
 import math
 import os
@@ -131,24 +132,31 @@ def print_profiles(raw, table, guest="initiator"):
         print(f"| {case} | {ini} | {busy:.0f} | " + " | ".join(f"{split[c]:.0f}" for c in CATS) + " |")
 
 
+def perftest_deltas(raw, kind):
+    """Per perftest run, what a counter pair moved over the client's run: (first, second) from its
+    `.KIND` file ("x0 y0 x1 y1": a guest's busy and total jiffies for cpu / tcpu, rxe's sent and
+    received packets for pkts)."""
+    out = []
+    for f in sorted(glob.glob(os.path.join(raw, f"perftest.ib_write_bw.*.{kind}"))):
+        x0, y0, x1, y1 = (int(x) for x in open(f).read().split())
+        out.append((x1 - x0, y1 - y0))
+    return out
+
+
 def print_perftest(raw, runs, table, secs):
     """perftest's 4 KiB ib_write_bw message rate on the same device (the fabric's limit), each
     initiator's best 4 KiB random read against it, and each guest's CPU per message."""
     rate = perftest(raw).get("ib_write_bw")
     if not rate:
         return
-    cpu, pkts = {}, []
-    for kind, name in (("cpu", "initiator guest"), ("tcpu", "target guest"), ("pkts", None)):
-        us = []
-        for f in sorted(os.listdir(raw)):
-            if f.startswith("perftest.ib_write_bw.") and f.endswith(f".{kind}"):
-                x0, y0, x1, y1 = (int(x) for x in open(os.path.join(raw, f)).read().split())
-                if name:
-                    us.append((x1 - x0) / os.sysconf("SC_CLK_TCK") * 1e6 / (rate * secs))
-                else:
-                    pkts.append((x1 - x0 + y1 - y0) / (rate * secs))
+    msgs = rate * secs
+    nruns = len(glob.glob(os.path.join(raw, "perftest.ib_write_bw.*.txt")))
+    cpu = {}
+    for kind, name in (("cpu", "initiator guest"), ("tcpu", "target guest")):
+        us = [busy / os.sysconf("SC_CLK_TCK") * 1e6 / msgs for busy, _ in perftest_deltas(raw, kind)]
         if us:
             cpu[name] = med(us)
+    pkts = [(sent + rcvd) / msgs for sent, rcvd in perftest_deltas(raw, "pkts")]
     best = {}
     for case, by in runs.items():
         if case.startswith("randread-4k"):
@@ -156,7 +164,7 @@ def print_perftest(raw, runs, table, secs):
                 best[ini] = max(best.get(ini, 0), m(d, "iops"))
     table["perftest"] = {"ib_write_bw_msg_per_s": rate, "cpu_us_per_msg": cpu, "pkts_per_msg": med(pkts),
                          "best_randread_4k_vs_msg_rate": {i: v / rate for i, v in best.items()}}
-    print(f"\nThe fabric's limit (perftest ib_write_bw, 4 KiB, median of 2 runs): {rate:.0f} msg/s; best 4 KiB"
+    print(f"\nThe fabric's limit (perftest ib_write_bw, 4 KiB, median of {nruns} runs): {rate:.0f} msg/s; best 4 KiB"
           " random read against it: " + ", ".join(f"{i} {v / rate:.2f}" for i, v in sorted(best.items()))
           + (f"; {med(pkts):.2f} RoCE packets per message (sent + received)" if pkts else ""))
     if cpu:

@@ -172,10 +172,10 @@ for r in $(seq "$ROUNDS"); do
         done
     done
 done
-# one more run per case and initiator under a whole-guest profile (perf cpu-clock on every CPU with call
-# chains; TCG has no PMU): counters.py splits the guest's CPU by where each sample landed (initiator,
+# one more run per case and initiator under a whole-guest profile (lab-prof: perf cpu-clock on every
+# CPU with call chains; TCG has no PMU): counters.py splits the guest's CPU by where each sample landed (initiator,
 # fabric, target, fio, scheduler), a sample taken where interrupts came back on charged to the
-# holder of the lock (lab-prof-fold). BENCH_PROFILE=0 skips it.
+# holder of the lock. BENCH_PROFILE=0 skips it.
 if [ "${BENCH_PROFILE:-1}" != 0 ]; then
     for c in $CASES; do
         for e in $inis; do
@@ -194,7 +194,7 @@ if [ "${BENCH_PROFILE:-1}" != 0 ]; then
                 done
                 rm -f "/lab-pair/$name.$ini.recording"
             fi
-            perf record -a -g -e cpu-clock -F 499 -o /tmp/prof.data -- sleep "$((SECS + 1))" >/dev/null 2>&1 &
+            lab-prof record "$((SECS + 1))" /tmp/prof.data &
             _rp=$!
             sleep 0.5
             run "$c" "$ini" prof "${rest%%:*}"
@@ -204,13 +204,12 @@ if [ "${BENCH_PROFILE:-1}" != 0 ]; then
                 mv "/lab-pair/$name.$ini.samples" "$OUT/$name.$ini.tprof.samples"
                 mv "/lab-pair/$name.$ini.modules" "$OUT/tprof.modules"
             fi
-            lab-prof-fold /tmp/prof.data > "$OUT/$name.$ini.prof.samples" && [ -s "$OUT/$name.$ini.prof.samples" ] ||
-                die "no profile of $name $ini (lab-prof-fold /tmp/prof.data)"
+            lab-prof fold /tmp/prof.data > "$OUT/$name.$ini.prof.samples" && [ -s "$OUT/$name.$ini.prof.samples" ] ||
+                die "no profile of $name $ini (lab-prof fold /tmp/prof.data)"
         done
     done
 fi
-# each module symbol and its module: perf reports module symbols under [kernel.kallsyms] here
-awk 'NF >= 4 {gsub(/[][]/, "", $4); print $3, $4}' /proc/kallsyms > "$OUT/prof.modules"
+lab-prof modules > "$OUT/prof.modules" || die "lab-prof modules failed"
 [ -n "${RD:-}" ] && { $R del -n "${RD#/dev/ublkb}" >/dev/null 2>&1 || die "rublk del failed"; }
 [ -n "${BD:-}" ] && { $B del -n "${BD#/dev/ublkb}" >/dev/null || die "baseline del failed"; }
 srp-ublk del --all >/dev/null || die "srp-ublk del failed"

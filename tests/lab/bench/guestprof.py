@@ -1,5 +1,5 @@
 """The whole-guest profile of `just bench counters` (perf cpu-clock on every vCPU, reported per
-comm, DSO and symbol; since 2026-12-04 folded from call chains by lab-prof-fold, which charges a
+comm, DSO and symbol; since 2026-12-04 folded from call chains by `lab-prof fold`, which charges a
 sample taken where interrupts came back on to the lock's holder): where each sample landed
 (initiator, fabric, target, fio, scheduler, other, idle) and the guest's busy time per I/O of a
 profiled run. Used by counters.py (the split per category), symbols.py (the split per task and

@@ -8,7 +8,7 @@ rxe's work items and in softirq, not in a task of its own. Per profiled run, us 
 initiator and fabric columns of counters.py without those samples, the samples themselves by the
 column they were in, and the initiator's and fabric's sum with everything.
 
-Since 2026-12-04 the profile is recorded with call chains and lab-prof-fold charges such a sample
+Since 2026-12-04 the profile is recorded with call chains and `lab-prof fold` charges such a sample
 to the unlock's caller, so a newer run shows next to nothing unplaced; this reads the runs before.
 
 usage: irqoff.py RAW_DIR"""

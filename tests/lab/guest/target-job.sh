@@ -7,21 +7,18 @@
 cp /tmp/lab-env "$LAB_OUT/target-env" || exit 1
 echo "target guest: serving $(. /tmp/lab-env; echo "$SRP_TARGET") until the host says stop"
 S=/lab-pair
-# modules: each module symbol and its module ("rxe_rcv rdma_rxe"): perf reports module symbols
-# under [kernel.kallsyms] here, and guestprof.py places them by module
-modules() { awk 'NF >= 4 {gsub(/[][]/, "", $4); print $3, $4}' /proc/kallsyms; }
 # serve ID REQUEST...: one request, in the background; its status goes to $S/req.ID.done
 serve() {
     _id=$1; shift
     case $1 in
         prof)
-            perf record -a -g -e cpu-clock -F 499 -o "/tmp/prof.$_id" -- sleep "$2" >/dev/null 2>&1 &
+            lab-prof record "$2" "/tmp/prof.$_id" &
             _pp=$!
             # recording once perf has written its header: the initiator guest starts its run then
             while kill -0 $_pp 2>/dev/null && [ ! -s "/tmp/prof.$_id" ]; do sleep 0.1; done
             sleep 0.2; : > "$S/$3.recording"
-            wait $_pp && lab-prof-fold "/tmp/prof.$_id" > "$S/$3.samples" && [ -s "$S/$3.samples" ] &&
-                modules > "$S/$3.modules"
+            wait $_pp && lab-prof fold "/tmp/prof.$_id" > "$S/$3.samples" && [ -s "$S/$3.samples" ] &&
+                lab-prof modules > "$S/$3.modules"
             _rc=$?; rm -f "/tmp/prof.$_id";;
         serve)
             _t=$2; shift 2
