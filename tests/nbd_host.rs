@@ -396,6 +396,107 @@ fn unknown_export_is_refused_in_the_handshake() {
     );
 }
 
+/// Sends option `opt` with `data` (fixed newstyle, after the client flags).
+fn send_opt(s: &mut UnixStream, opt: u32, data: &[u8]) {
+    let mut o = b"IHAVEOPT".to_vec();
+    o.extend_from_slice(&opt.to_be_bytes());
+    o.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    o.extend_from_slice(data);
+    s.write_all(&o).unwrap();
+}
+
+/// One option reply: the option it answers, its type and its data.
+fn opt_reply(s: &mut UnixStream) -> (u32, u32, Vec<u8>) {
+    let mut h = [0u8; 20];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(
+        &h[0..8],
+        &0x0003_e889_0455_65a9u64.to_be_bytes(),
+        "option reply magic"
+    );
+    let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+    let mut d = vec![0u8; len];
+    s.read_exact(&mut d).unwrap();
+    let word = |i: usize| u32::from_be_bytes(h[i..i + 4].try_into().unwrap());
+    (word(8), word(12), d)
+}
+
+#[test]
+fn options_before_the_export_each_get_their_reply_and_export_name_serves() {
+    const LIST: u32 = 3;
+    const STARTTLS: u32 = 5;
+    const INFO: u32 = 6;
+    const REP_ACK: u32 = 1;
+    const REP_SERVER: u32 = 2;
+    const REP_INFO: u32 = 3;
+    const ERR_UNSUP: u32 = 0x8000_0001;
+    const ERR_INVALID: u32 = 0x8000_0003;
+    const ERR_UNKNOWN: u32 = 0x8000_0006;
+    let srv = server("mem:1M", "disk");
+    let mut s = connect(&srv.sock);
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&3u32.to_be_bytes()).unwrap(); // FIXED_NEWSTYLE | NO_ZEROES
+
+    send_opt(&mut s, LIST, &[]);
+    let (o, kind, d) = opt_reply(&mut s);
+    assert_eq!((o, kind), (LIST, REP_SERVER));
+    assert_eq!(&d, b"\0\0\0\x04disk");
+    assert_eq!(opt_reply(&mut s).1, REP_ACK);
+    send_opt(&mut s, LIST, b"x");
+    let (_, kind, d) = opt_reply(&mut s);
+    assert_eq!(
+        (kind, d.as_slice()),
+        (ERR_INVALID, b"LIST takes no data".as_slice())
+    );
+
+    // INFO on another name: refused with the name the server has, and the handshake goes on
+    let mut q = 4u32.to_be_bytes().to_vec();
+    q.extend_from_slice(b"nope\0\0");
+    send_opt(&mut s, INFO, &q);
+    let (o, kind, d) = opt_reply(&mut s);
+    assert_eq!((o, kind), (INFO, ERR_UNKNOWN));
+    assert_eq!(
+        String::from_utf8_lossy(&d),
+        "no export 'nope'; this server exports 'disk'"
+    );
+    send_opt(&mut s, STARTTLS, &[]);
+    let (_, kind, d) = opt_reply(&mut s);
+    assert_eq!(
+        (kind, d.as_slice()),
+        (ERR_UNSUP, b"this export is served without TLS".as_slice())
+    );
+    send_opt(&mut s, 99, &[]);
+    assert_eq!(opt_reply(&mut s), (99, ERR_UNSUP, vec![]));
+
+    // INFO on the export: its size and flags, block sizes, then ACK
+    let mut q = 4u32.to_be_bytes().to_vec();
+    q.extend_from_slice(b"disk\0\0");
+    send_opt(&mut s, INFO, &q);
+    let (_, kind, d) = opt_reply(&mut s);
+    assert_eq!(
+        (kind, &d[0..2]),
+        (REP_INFO, &[0u8, 0][..]),
+        "NBD_INFO_EXPORT first"
+    );
+    assert_eq!(u64::from_be_bytes(d[2..10].try_into().unwrap()), 1 << 20);
+    let (_, kind, d) = opt_reply(&mut s);
+    assert_eq!(
+        (kind, &d[0..2]),
+        (REP_INFO, &[0u8, 3][..]),
+        "NBD_INFO_BLOCK_SIZE"
+    );
+    assert_eq!(opt_reply(&mut s).1, REP_ACK);
+
+    // EXPORT_NAME: size and flags without the 124 zeroes (NO_ZEROES), then transmission
+    send_opt(&mut s, 1, b"disk");
+    let mut e = [0u8; 10];
+    s.read_exact(&mut e).unwrap();
+    assert_eq!(u64::from_be_bytes(e[0..8].try_into().unwrap()), 1 << 20);
+    assert_eq!(write_at(&mut s, 1, 4096, &[0x5a; 512]), 0);
+    assert_eq!(read_at(&mut s, 2, 4096, 512), (0, vec![0x5a; 512]));
+}
+
 #[test]
 fn a_trim_larger_than_one_command_is_done_whole_and_answered_once() {
     // the mem backend carries TRIM / WRITE_ZEROES out in 64 MiB commands

@@ -53,7 +53,7 @@ fn negotiate(
             "SET_META_CONTEXT needs structured replies first",
         );
     }
-    if !(req.name.is_empty() || req.name == ex.name) {
+    if !names_export(ex, &req.name) {
         return refuse(s, rep::ERR_UNKNOWN, &format!("no export '{}'", req.name));
     }
     // LIST without queries lists every context; otherwise each query selects, or not
@@ -75,6 +75,8 @@ fn negotiate(
     s.write_all(&out)
 }
 
+/// The handshake on a new connection: the greeting, then options until the client chooses the
+/// export (the connection's executor and what was negotiated) or aborts (`None`).
 pub(super) fn handshake(
     s: &mut Timed,
     ex: &Export,
@@ -90,40 +92,10 @@ pub(super) fn handshake(
     }
     let no_zeroes = cflags & nbd::cflag::NO_ZEROES != 0;
     loop {
-        let mut h = [0u8; 16];
-        s.read_exact(&mut h)?;
-        let h = OptionHeader::parse(&h).map_err(|e| bad(e.to_string()))?;
-        if h.length > MAX_OPTION_LEN {
-            return Err(bad(format!(
-                "option {} with {} bytes of data",
-                h.option, h.length
-            )));
-        }
-        let mut data = vec![0u8; h.length as usize];
-        s.read_exact(&mut data)?;
-        let name_ok = |n: &str| n.is_empty() || n == ex.name;
+        let (option, data) = read_option(s)?;
         let tls_required = tls.is_some() && !s.is_tls();
-        match h.option {
-            opt::STARTTLS => match &tls {
-                Some(cfg) if !s.is_tls() && data.is_empty() => {
-                    s.write_all(&nbd::option_reply(h.option, rep::ACK, &[]))?;
-                    s.start_tls(cfg.clone())?;
-                }
-                Some(_) => s.write_all(&nbd::option_reply(
-                    h.option,
-                    rep::ERR_INVALID,
-                    if s.is_tls() {
-                        b"TLS is already on".as_slice()
-                    } else {
-                        b"STARTTLS takes no data".as_slice()
-                    },
-                ))?,
-                None => s.write_all(&nbd::option_reply(
-                    h.option,
-                    rep::ERR_UNSUP,
-                    b"this export is served without TLS",
-                ))?,
-            },
+        match option {
+            opt::STARTTLS => start_tls(s, tls.as_ref(), &data)?,
             opt::EXPORT_NAME if tls_required => {
                 // no reply exists for EXPORT_NAME but the export itself: close
                 return Err(bad("client asked for the export before starting TLS"));
@@ -134,102 +106,143 @@ pub(super) fn handshake(
                 b"this server requires TLS: start it with NBD_OPT_STARTTLS",
             ))?,
             opt::EXPORT_NAME => {
-                let name = String::from_utf8_lossy(&data).into_owned();
-                if !name_ok(&name) {
-                    return Err(bad(format!("unknown export '{name}'")));
-                }
-                let exec = Exec::open(ex).map_err(|e| bad(e.to_string()))?;
-                let mut reply = Vec::with_capacity(134);
-                reply.extend_from_slice(&ex.size.to_be_bytes());
-                reply.extend_from_slice(&ex.flags().to_be_bytes());
-                if !no_zeroes {
-                    reply.extend_from_slice(&[0u8; 124]);
-                }
-                s.write_all(&reply)?;
-                return Ok(Some((exec, neg)));
+                return export_name(s, ex, &data, no_zeroes).map(|e| Some((e, neg)))
             }
             opt::INFO | opt::GO => {
-                let req = match InfoRequest::parse(&data) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        s.write_all(&nbd::option_reply(
-                            h.option,
-                            rep::ERR_INVALID,
-                            e.to_string().as_bytes(),
-                        ))?;
-                        continue;
-                    }
-                };
-                if !name_ok(&req.name) {
-                    let msg = format!(
-                        "no export '{}'; this server exports '{}'",
-                        req.name, ex.name
-                    );
-                    s.write_all(&nbd::option_reply(
-                        h.option,
-                        rep::ERR_UNKNOWN,
-                        msg.as_bytes(),
-                    ))?;
-                    continue;
-                }
-                let exec = if h.option == opt::GO {
-                    match Exec::open(ex) {
-                        Ok(e) => Some(e),
-                        Err(msg) => {
-                            tracing::info!("NBD: a client's GO refused: {msg}");
-                            s.write_all(&nbd::option_reply(
-                                h.option,
-                                rep::ERR_POLICY,
-                                msg.to_string().as_bytes(),
-                            ))?;
-                            continue;
-                        }
-                    }
-                } else {
-                    None
-                };
-                let mut out =
-                    nbd::option_reply(h.option, rep::INFO, &nbd::info_export(ex.size, ex.flags()));
-                let pref = 4096u32.max(ex.min_block).min(ex.max_io);
-                out.extend(nbd::option_reply(
-                    h.option,
-                    rep::INFO,
-                    &nbd::info_block_size(ex.min_block, pref, ex.max_io),
-                ));
-                if req.requests.contains(&nbd::info::NAME) {
-                    let mut d = nbd::info::NAME.to_be_bytes().to_vec();
-                    d.extend_from_slice(ex.name.as_bytes());
-                    out.extend(nbd::option_reply(h.option, rep::INFO, &d));
-                }
-                out.extend(nbd::option_reply(h.option, rep::ACK, &[]));
-                s.write_all(&out)?;
-                if let Some(exec) = exec {
+                if let Some(exec) = info_or_go(s, ex, option, &data)? {
                     return Ok(Some((exec, neg)));
                 }
             }
-            opt::LIST => {
-                if !data.is_empty() {
-                    s.write_all(&nbd::option_reply(
-                        h.option,
-                        rep::ERR_INVALID,
-                        b"LIST takes no data",
-                    ))?;
-                    continue;
-                }
-                let mut d = (ex.name.len() as u32).to_be_bytes().to_vec();
-                d.extend_from_slice(ex.name.as_bytes());
-                let mut out = nbd::option_reply(h.option, rep::SERVER, &d);
-                out.extend(nbd::option_reply(h.option, rep::ACK, &[]));
-                s.write_all(&out)?;
-            }
+            opt::LIST => list(s, ex, &data)?,
             opt::STRUCTURED_REPLY | opt::LIST_META_CONTEXT | opt::SET_META_CONTEXT => {
-                negotiate(s, ex, h.option, &data, &mut neg)?
+                negotiate(s, ex, option, &data, &mut neg)?
             }
             opt::ABORT => {
-                let _ = s.write_all(&nbd::option_reply(h.option, rep::ACK, &[]));
+                let _ = s.write_all(&nbd::option_reply(option, rep::ACK, &[]));
                 return Ok(None);
             }
             o => s.write_all(&nbd::option_reply(o, rep::ERR_UNSUP, &[]))?,
         }
     }
+}
+
+/// One option's header and data; more data than any option of ours needs closes the connection.
+fn read_option(s: &mut Timed) -> io::Result<(u32, Vec<u8>)> {
+    let mut h = [0u8; 16];
+    s.read_exact(&mut h)?;
+    let h = OptionHeader::parse(&h).map_err(|e| bad(e.to_string()))?;
+    if h.length > MAX_OPTION_LEN {
+        return Err(bad(format!(
+            "option {} with {} bytes of data",
+            h.option, h.length
+        )));
+    }
+    let mut data = vec![0u8; h.length as usize];
+    s.read_exact(&mut data)?;
+    Ok((h.option, data))
+}
+
+/// Whether `name` chooses our export (the empty name is the default export).
+fn names_export(ex: &Export, name: &str) -> bool {
+    name.is_empty() || name == ex.name
+}
+
+/// NBD_OPT_STARTTLS: acknowledged and TLS started when the export is served with TLS and it is
+/// not on yet; refused otherwise (the connection stays as it was).
+fn start_tls(
+    s: &mut Timed,
+    tls: Option<&Arc<rustls::ServerConfig>>,
+    data: &[u8],
+) -> io::Result<()> {
+    let (kind, msg) = match tls {
+        Some(cfg) if !s.is_tls() && data.is_empty() => {
+            s.write_all(&nbd::option_reply(opt::STARTTLS, rep::ACK, &[]))?;
+            return s.start_tls(cfg.clone());
+        }
+        Some(_) if s.is_tls() => (rep::ERR_INVALID, "TLS is already on"),
+        Some(_) => (rep::ERR_INVALID, "STARTTLS takes no data"),
+        None => (rep::ERR_UNSUP, "this export is served without TLS"),
+    };
+    s.write_all(&nbd::option_reply(opt::STARTTLS, kind, msg.as_bytes()))
+}
+
+/// NBD_OPT_EXPORT_NAME: the old way to choose the export. It has no error reply, so an unknown
+/// name or an export that cannot be opened closes the connection.
+fn export_name(s: &mut Timed, ex: &Export, data: &[u8], no_zeroes: bool) -> io::Result<Exec> {
+    let name = String::from_utf8_lossy(data);
+    if !names_export(ex, &name) {
+        return Err(bad(format!("unknown export '{name}'")));
+    }
+    let exec = Exec::open(ex).map_err(|e| bad(e.to_string()))?;
+    let mut reply = Vec::with_capacity(134);
+    reply.extend_from_slice(&ex.size.to_be_bytes());
+    reply.extend_from_slice(&ex.flags().to_be_bytes());
+    if !no_zeroes {
+        reply.extend_from_slice(&[0u8; 124]);
+    }
+    s.write_all(&reply)?;
+    Ok(exec)
+}
+
+/// NBD_OPT_INFO and NBD_OPT_GO: the export's size, flags, block sizes (and name when asked). GO
+/// also opens the export and returns its executor; a refusal is an error reply and the client
+/// may go on with other options.
+fn info_or_go(s: &mut Timed, ex: &Export, option: u32, data: &[u8]) -> io::Result<Option<Exec>> {
+    let refuse = |s: &mut Timed, kind, msg: &str| {
+        s.write_all(&nbd::option_reply(option, kind, msg.as_bytes()))
+            .map(|_| None)
+    };
+    let req = match InfoRequest::parse(data) {
+        Ok(r) => r,
+        Err(e) => return refuse(s, rep::ERR_INVALID, &e.to_string()),
+    };
+    if !names_export(ex, &req.name) {
+        let msg = format!(
+            "no export '{}'; this server exports '{}'",
+            req.name, ex.name
+        );
+        return refuse(s, rep::ERR_UNKNOWN, &msg);
+    }
+    let exec = if option == opt::GO {
+        match Exec::open(ex) {
+            Ok(e) => Some(e),
+            Err(msg) => {
+                tracing::info!("NBD: a client's GO refused: {msg}");
+                return refuse(s, rep::ERR_POLICY, &msg.to_string());
+            }
+        }
+    } else {
+        None
+    };
+    let mut out = nbd::option_reply(option, rep::INFO, &nbd::info_export(ex.size, ex.flags()));
+    let pref = 4096u32.max(ex.min_block).min(ex.max_io);
+    out.extend(nbd::option_reply(
+        option,
+        rep::INFO,
+        &nbd::info_block_size(ex.min_block, pref, ex.max_io),
+    ));
+    if req.requests.contains(&nbd::info::NAME) {
+        let mut d = nbd::info::NAME.to_be_bytes().to_vec();
+        d.extend_from_slice(ex.name.as_bytes());
+        out.extend(nbd::option_reply(option, rep::INFO, &d));
+    }
+    out.extend(nbd::option_reply(option, rep::ACK, &[]));
+    s.write_all(&out)?;
+    Ok(exec)
+}
+
+/// NBD_OPT_LIST: our one export.
+fn list(s: &mut Timed, ex: &Export, data: &[u8]) -> io::Result<()> {
+    if !data.is_empty() {
+        return s.write_all(&nbd::option_reply(
+            opt::LIST,
+            rep::ERR_INVALID,
+            b"LIST takes no data",
+        ));
+    }
+    let mut d = (ex.name.len() as u32).to_be_bytes().to_vec();
+    d.extend_from_slice(ex.name.as_bytes());
+    let mut out = nbd::option_reply(opt::LIST, rep::SERVER, &d);
+    out.extend(nbd::option_reply(opt::LIST, rep::ACK, &[]));
+    s.write_all(&out)
 }
