@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
-use srp_ublk::session::state::DeviceState;
+use srp_ublk::session::state::{DeviceState, QueueState};
 use srp_ublk::stats::{bucket_upper_us, IoCounters, BUCKETS};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -145,9 +145,7 @@ impl Rates {
             .map(|q| {
                 let b = was.and_then(|w| w.queues.iter().find(|x| x.qid == q.qid));
                 let io = q.io.since(&b.map(|b| b.io.clone()).unwrap_or_default());
-                let delta = |now: u64, f: fn(&srp_ublk::session::state::QueueState) -> u64| {
-                    now.saturating_sub(b.map_or(0, f))
-                };
+                let delta = |now: u64, f: CounterGet| now.saturating_sub(b.map_or(0, f));
                 Rates::from_io(
                     format!("q{}", q.qid),
                     &io,
@@ -243,59 +241,63 @@ fn us(v: u64) -> String {
 /// Histogram bounds exported: 2^k - 1 microseconds (exact bucket edges), 15 us to about 8.4 s.
 const LE_POW2: std::ops::RangeInclusive<u32> = 4..=23;
 
+/// How a queue's counter is read from its state.
+type CounterGet = fn(&QueueState) -> u64;
+
+/// The per-queue counters `stats --prometheus` exports: name, help text, and where it is read.
+const COUNTERS: [(&str, &str, CounterGet); 11] = [
+    ("srp_ublk_read_ops_total", "Reads completed.", |q| {
+        q.io.read_ops
+    }),
+    ("srp_ublk_read_bytes_total", "Bytes read.", |q| {
+        q.io.read_bytes
+    }),
+    ("srp_ublk_write_ops_total", "Writes completed.", |q| {
+        q.io.write_ops
+    }),
+    ("srp_ublk_write_bytes_total", "Bytes written.", |q| {
+        q.io.write_bytes
+    }),
+    (
+        "srp_ublk_other_ops_total",
+        "Flush, discard and write-zeroes operations completed.",
+        |q| q.io.other_ops,
+    ),
+    (
+        "srp_ublk_io_errors_total",
+        "Operations that ended with an error.",
+        |q| q.io.errors,
+    ),
+    (
+        "srp_ublk_credit_stalls_total",
+        "Times a command waited for SRP credits.",
+        |q| q.credit_stalls,
+    ),
+    (
+        "srp_ublk_send_slot_stalls_total",
+        "Times a command had its credit but waited for a free send slot.",
+        |q| q.slot_stalls,
+    ),
+    (
+        "srp_ublk_buffer_stalls_total",
+        "Times a command waited for room in its queue's registered buffers.",
+        |q| q.buffer_stalls,
+    ),
+    (
+        "srp_ublk_reconnects_total",
+        "Channel reconnects that succeeded.",
+        |q| q.reconnects,
+    ),
+    (
+        "srp_ublk_aborts_total",
+        "Commands aborted after timing out.",
+        |q| q.aborts,
+    ),
+];
+
 /// Every counter of `devs`, in the Prometheus text format (what node_exporter's textfile collector
 /// reads), names after the Prometheus conventions (`_total` counters, base units: bytes, seconds).
 fn prometheus(devs: &[DeviceState]) -> String {
-    type Get = fn(&srp_ublk::session::state::QueueState) -> u64;
-    let counters: [(&str, &str, Get); 11] = [
-        ("srp_ublk_read_ops_total", "Reads completed.", |q| {
-            q.io.read_ops
-        }),
-        ("srp_ublk_read_bytes_total", "Bytes read.", |q| {
-            q.io.read_bytes
-        }),
-        ("srp_ublk_write_ops_total", "Writes completed.", |q| {
-            q.io.write_ops
-        }),
-        ("srp_ublk_write_bytes_total", "Bytes written.", |q| {
-            q.io.write_bytes
-        }),
-        (
-            "srp_ublk_other_ops_total",
-            "Flush, discard and write-zeroes operations completed.",
-            |q| q.io.other_ops,
-        ),
-        (
-            "srp_ublk_io_errors_total",
-            "Operations that ended with an error.",
-            |q| q.io.errors,
-        ),
-        (
-            "srp_ublk_credit_stalls_total",
-            "Times a command waited for SRP credits.",
-            |q| q.credit_stalls,
-        ),
-        (
-            "srp_ublk_send_slot_stalls_total",
-            "Times a command had its credit but waited for a free send slot.",
-            |q| q.slot_stalls,
-        ),
-        (
-            "srp_ublk_buffer_stalls_total",
-            "Times a command waited for room in its queue's registered buffers.",
-            |q| q.buffer_stalls,
-        ),
-        (
-            "srp_ublk_reconnects_total",
-            "Channel reconnects that succeeded.",
-            |q| q.reconnects,
-        ),
-        (
-            "srp_ublk_aborts_total",
-            "Commands aborted after timing out.",
-            |q| q.aborts,
-        ),
-    ];
     let label = |d: &DeviceState, q: u16| {
         format!(
             "device=\"ublkb{}\",lun=\"{}\",queue=\"{q}\"",
@@ -303,7 +305,7 @@ fn prometheus(devs: &[DeviceState]) -> String {
         )
     };
     let mut s = String::new();
-    for (name, help, get) in counters {
+    for (name, help, get) in COUNTERS {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
         for d in devs {
             for q in &d.queues {
@@ -323,23 +325,28 @@ fn prometheus(devs: &[DeviceState]) -> String {
     let _ = writeln!(s, "# HELP {name} Time from the block layer's request to its completion.\n# TYPE {name} histogram");
     for d in devs {
         for q in &d.queues {
-            let l = label(d, q.qid);
-            let lat = &q.io.lat;
-            let mut cum = 0u64;
-            let mut i = 0;
-            for k in LE_POW2 {
-                let edge = (1u64 << k) - 1;
-                while i < lat.len().min(BUCKETS) && bucket_upper_us(i) <= edge {
-                    cum += lat[i];
-                    i += 1;
-                }
-                let _ = writeln!(s, "{name}_bucket{{{l},le=\"{}\"}} {cum}", edge as f64 / 1e6);
-            }
-            let count: u64 = lat.iter().sum();
-            let _ = writeln!(s, "{name}_bucket{{{l},le=\"+Inf\"}} {count}");
-            let _ = writeln!(s, "{name}_sum{{{l}}} {}", q.io.lat_sum_us as f64 / 1e6);
-            let _ = writeln!(s, "{name}_count{{{l}}} {count}");
+            latency_histogram(&mut s, name, &label(d, q.qid), q);
         }
     }
     s
+}
+
+/// One queue's latency histogram in Prometheus' cumulative buckets (`le` at powers of two
+/// microseconds), with its sum and count.
+fn latency_histogram(s: &mut String, name: &str, l: &str, q: &QueueState) {
+    let lat = &q.io.lat;
+    let mut cum = 0u64;
+    let mut i = 0;
+    for k in LE_POW2 {
+        let edge = (1u64 << k) - 1;
+        while i < lat.len().min(BUCKETS) && bucket_upper_us(i) <= edge {
+            cum += lat[i];
+            i += 1;
+        }
+        let _ = writeln!(s, "{name}_bucket{{{l},le=\"{}\"}} {cum}", edge as f64 / 1e6);
+    }
+    let count: u64 = lat.iter().sum();
+    let _ = writeln!(s, "{name}_bucket{{{l},le=\"+Inf\"}} {count}");
+    let _ = writeln!(s, "{name}_sum{{{l}}} {}", q.io.lat_sum_us as f64 / 1e6);
+    let _ = writeln!(s, "{name}_count{{{l}}} {count}");
 }
