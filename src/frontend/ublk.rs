@@ -311,6 +311,45 @@ pub enum UblkSource {
     },
 }
 
+/// An SRP device's channels and login, and what a new device is made with.
+struct SrpParts {
+    /// One channel per queue.
+    channels: Vec<SrpChannel>,
+    relogin: Relogin,
+    depth: u16,
+    /// A new device's largest I/O and parameters, from the session; `None` for a device taken
+    /// over, which keeps its own (`recover_ctrl`).
+    new: Option<(u32, sys::ublk_params)>,
+    geo: Geometry,
+    /// When the channels went down, for a handover's timers.
+    down_since: Option<Instant>,
+}
+
+impl SrpParts {
+    fn new(s: Session) -> SrpParts {
+        let max_io = s.ublk_max_io();
+        SrpParts {
+            new: Some((max_io, ublk_params(&s.lun, max_io))),
+            geo: s.lun.geometry(),
+            channels: s.channels,
+            relogin: s.relogin,
+            depth: s.depth,
+            down_since: None,
+        }
+    }
+
+    fn handover(h: Handover) -> SrpParts {
+        SrpParts {
+            channels: h.channels,
+            relogin: h.relogin,
+            depth: h.depth,
+            new: None,
+            geo: h.geometry,
+            down_since: Some(h.down_since),
+        }
+    }
+}
+
 /// Creates `/dev/ublkbN` over the source (one SRP channel per queue) and serves it until the device is
 /// stopped (`srp-ublk del`, or the signal handler calling `kill_dev`). `on_live` runs once it is live.
 pub fn serve(
@@ -319,20 +358,16 @@ pub fn serve(
     status: Arc<Vec<QueueStatus>>,
     on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
 ) -> Result<(), UblkFrontError> {
-    // a new device gets its largest I/O and parameters from the session; one taken over keeps
-    // the ones it has (recover_ctrl)
-    let (channels, relogin, depth, new, geo, down_since) = match source {
-        UblkSource::Srp(s) => {
-            let max_io = s.ublk_max_io();
-            let new = Some((max_io, ublk_params(&s.lun, max_io)));
-            let geo = s.lun.geometry();
-            (s.channels, s.relogin, s.depth, new, geo, None)
-        }
-        UblkSource::Handover(h) if opts.recover => {
-            let h = *h;
-            let at = Some(h.down_since);
-            (h.channels, h.relogin, h.depth, None, h.geometry, at)
-        }
+    let SrpParts {
+        channels,
+        relogin,
+        depth,
+        new,
+        geo,
+        down_since,
+    } = match source {
+        UblkSource::Srp(s) => SrpParts::new(*s),
+        UblkSource::Handover(h) if opts.recover => SrpParts::handover(*h),
         UblkSource::Handover(_) => return Err(UblkFrontError::HandoverNeedsRecovery),
         UblkSource::Demo {
             size,
@@ -393,16 +428,8 @@ pub fn serve(
     });
     let q_fn = move |qid: u16, dev: &UblkDev| start.run(qid, dev);
     let res = ctrl.run_target(tgt_init, q_fn, move |c| {
-        // libublk pins each queue thread to the kernel's queue affinity as it starts; that is
-        // changed here, once every queue thread runs and before anyone sees the device
-        for (qid, st) in status2.iter().enumerate() {
-            let set = if cpus.is_empty() {
-                next_queue_cpus(c, qid, status2.len())
-            } else {
-                vec![cpus[qid % cpus.len()]]
-            };
-            pin(st.tid.load(Relaxed), &set, qid);
-        }
+        // once every queue thread runs and before anyone sees the device
+        pin_queues(c, &status2, &cpus);
         let info = LiveInfo {
             dev_id: c.dev_info().dev_id,
             bdev: c.get_bdev_path(),
@@ -621,6 +648,19 @@ fn next_queue_cpus(c: &UblkCtrl, qid: usize, nr_queues: usize) -> Vec<usize> {
             tracing::warn!("queue {qid}: queue {next}'s CPUs unknown ({e}); keeping its own");
             Vec::new()
         }
+    }
+}
+
+/// Pins every queue's thread: to `cpus` (one each, in turn) when given, else to the next queue's
+/// CPUs ([`next_queue_cpus`]). libublk pinned each to the kernel's queue affinity as it started.
+fn pin_queues(c: &UblkCtrl, status: &[QueueStatus], cpus: &[usize]) {
+    for (qid, st) in status.iter().enumerate() {
+        let set = if cpus.is_empty() {
+            next_queue_cpus(c, qid, status.len())
+        } else {
+            vec![cpus[qid % cpus.len()]]
+        };
+        pin(st.tid.load(Relaxed), &set, qid);
     }
 }
 
