@@ -173,9 +173,9 @@ for r in $(seq "$ROUNDS"); do
     done
 done
 # one more run per case and initiator under a whole-guest profile (lab-prof: perf cpu-clock on every
-# CPU with call chains; TCG has no PMU): counters.py splits the guest's CPU by where each sample landed (initiator,
-# fabric, target, fio, scheduler), a sample taken where interrupts came back on charged to the
-# holder of the lock. BENCH_PROFILE=0 skips it.
+# CPU with call chains; TCG has no PMU): counters.py splits the guest's CPU by where each sample
+# landed (initiator, fabric, target, fio, scheduler), a sample taken where interrupts came back on
+# charged to the holder of the lock. BENCH_PROFILE=0 skips it.
 if [ "${BENCH_PROFILE:-1}" != 0 ]; then
     for c in $CASES; do
         for e in $inis; do
