@@ -242,27 +242,7 @@ pub fn spawn_daemon(
 ) -> anyhow::Result<()> {
     let logs = run_dir().join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    // one `add` (or `up`) may start several daemons in the same second: a new name for each
-    let (log, log_file) = (0..1000)
-        .find_map(|n| {
-            let log = logs.join(format!("add-{stamp}-{}-{n}.log", std::process::id()));
-            match srp_ublk::session::state::create_new(&log, 0o640) {
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
-                r => Some(
-                    r.map(|f| (log.clone(), f))
-                        .with_context(|| format!("cannot create {}", log.display())),
-                ),
-            }
-        })
-        .unwrap_or_else(|| {
-            Err(anyhow::anyhow!(
-                "cannot create a log file in {}: 1000 taken",
-                logs.display()
-            ))
-        })?;
+    let (log, log_file) = new_log(&logs)?;
     let mut child = Command::new(std::env::current_exe().context("cannot find my own executable")?)
         .args(argv)
         .env(DAEMON_ENV, "1")
@@ -283,6 +263,43 @@ pub fn spawn_daemon(
         }
     });
     let limit = Duration::from_secs(login_timeout * 4 + 60);
+    await_ready(&mut child, &rx, limit, &log, json)
+}
+
+/// A new log file for one daemon in `logs`: one `add` (or `up`) may start several daemons in the
+/// same second, so each gets a name of its own.
+fn new_log(logs: &std::path::Path) -> anyhow::Result<(std::path::PathBuf, std::fs::File)> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    (0..1000)
+        .find_map(|n| {
+            let log = logs.join(format!("add-{stamp}-{}-{n}.log", std::process::id()));
+            match srp_ublk::session::state::create_new(&log, 0o640) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+                r => Some(
+                    r.map(|f| (log.clone(), f))
+                        .with_context(|| format!("cannot create {}", log.display())),
+                ),
+            }
+        })
+        .unwrap_or_else(|| {
+            Err(anyhow::anyhow!(
+                "cannot create a log file in {}: 1000 taken",
+                logs.display()
+            ))
+        })
+}
+
+/// Waits for the daemon's READY (the device is up: its name, or the READY line with `json`) or
+/// ERROR line; a daemon that exits or stays silent past `limit` fails with its log's path.
+fn await_ready(
+    child: &mut std::process::Child,
+    rx: &std::sync::mpsc::Receiver<String>,
+    limit: Duration,
+    log: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<()> {
     loop {
         match rx.recv_timeout(limit) {
             Ok(line) => {

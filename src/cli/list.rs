@@ -29,26 +29,7 @@ pub fn thread_cpus(pid: u32, tid: i32) -> String {
 pub fn run(a: ListArgs) -> anyhow::Result<()> {
     let devs = DeviceState::all();
     if a.json {
-        let v: Vec<serde_json::Value> = devs
-            .iter()
-            .map(|d| {
-                let mut j = serde_json::to_value(d).unwrap_or_default();
-                j["state"] = if super::daemon::alive(d) {
-                    "running"
-                } else {
-                    "daemon gone"
-                }
-                .into();
-                if let Some(qs) = j["queues"].as_array_mut() {
-                    for q in qs {
-                        let tid = q["tid"].as_i64().unwrap_or(0) as i32;
-                        q["cpus"] = thread_cpus(d.pid, tid).into();
-                    }
-                }
-                j
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&json(&devs))?);
         return Ok(());
     }
     if devs.is_empty() {
@@ -56,60 +37,88 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     for d in devs {
-        println!(
-            "{}  {} {}  {} MiB{}  lun {}  {} queue(s) x depth {}  poll {}  {}  pid {}",
-            d.bdev,
-            d.vendor,
-            d.product,
-            d.size >> 20,
-            if d.read_only { " read-only" } else { "" },
-            d.lun,
-            d.queues.len(),
-            d.depth,
-            d.poll,
-            super::daemon::describe(&d),
-            d.pid
-        );
-        println!("    target {}", d.target);
-        if let Some(u) = &d.unit {
-            println!("    unit {u}");
-        }
-        if let Some(o) = &d.owner {
-            println!("    attached by {o} (srp-ublk up)");
-        }
-        if let Some(w) = &d.wwid {
-            println!("    wwid {w}");
-        }
-        if d.size_pending > 0 {
-            println!(
-                "    capacity now {} MiB on the target: this kernel's ublk cannot resize a live \
-                 device; del and add it again",
-                d.size_pending >> 20
-            );
-        }
-        if let Some(t) = &d.timers {
-            println!(
-                "    timers reconnect_delay {} fast_io_fail_tmo {} dev_loss_tmo {}",
-                show_tmo(t.reconnect_delay),
-                show_tmo(t.fast_io_fail_tmo),
-                show_tmo(t.dev_loss_tmo)
-            );
-        }
-        for q in &d.queues {
-            println!(
-                "    q{} channel {} via {}: tid {} cpus {} credits {} (login {}) cmds {} credit stalls {} reconnects {}",
-                q.qid,
-                q.state,
-                d.rdma_device,
-                q.tid,
-                thread_cpus(d.pid, q.tid),
-                q.req_lim,
-                q.req_lim_login,
-                q.cmds,
-                q.credit_stalls,
-                q.reconnects
-            );
-        }
+        print_device(&d);
     }
     Ok(())
+}
+
+/// `list --json`: each device's state file, with whether its daemon runs and each queue thread's
+/// CPUs.
+fn json(devs: &[DeviceState]) -> Vec<serde_json::Value> {
+    devs.iter()
+        .map(|d| {
+            let mut j = serde_json::to_value(d).unwrap_or_default();
+            j["state"] = if super::daemon::alive(d) {
+                "running"
+            } else {
+                "daemon gone"
+            }
+            .into();
+            if let Some(qs) = j["queues"].as_array_mut() {
+                for q in qs {
+                    let tid = q["tid"].as_i64().unwrap_or(0) as i32;
+                    q["cpus"] = thread_cpus(d.pid, tid).into();
+                }
+            }
+            j
+        })
+        .collect()
+}
+
+/// One device's lines of `list`.
+fn print_device(d: &DeviceState) {
+    println!(
+        "{}  {} {}  {} MiB{}  lun {}  {} queue(s) x depth {}  poll {}  {}  pid {}",
+        d.bdev,
+        d.vendor,
+        d.product,
+        d.size >> 20,
+        if d.read_only { " read-only" } else { "" },
+        d.lun,
+        d.queues.len(),
+        d.depth,
+        d.poll,
+        super::daemon::describe(d),
+        d.pid
+    );
+    println!("    target {}", d.target);
+    if let Some(u) = &d.unit {
+        println!("    unit {u}");
+    }
+    if let Some(o) = &d.owner {
+        println!("    attached by {o} (srp-ublk up)");
+    }
+    if let Some(w) = &d.wwid {
+        println!("    wwid {w}");
+    }
+    if d.size_pending > 0 {
+        println!(
+            "    capacity now {} MiB on the target: this kernel's ublk cannot resize a live \
+             device; del and add it again",
+            d.size_pending >> 20
+        );
+    }
+    if let Some(t) = &d.timers {
+        println!(
+            "    timers reconnect_delay {} fast_io_fail_tmo {} dev_loss_tmo {}",
+            show_tmo(t.reconnect_delay),
+            show_tmo(t.fast_io_fail_tmo),
+            show_tmo(t.dev_loss_tmo)
+        );
+    }
+    for q in &d.queues {
+        println!(
+            "    q{} channel {} via {}: tid {} cpus {} credits {} (login {}) cmds {} credit stalls {} reconnects {}",
+            q.qid,
+            q.state,
+            d.rdma_device,
+            q.tid,
+            thread_cpus(d.pid, q.tid),
+            q.req_lim,
+            q.req_lim_login,
+            q.cmds,
+            q.credit_stalls,
+            q.reconnects
+        );
+    }
 }
