@@ -225,17 +225,7 @@ fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
 pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
     let names = names(&a.names)?;
     if a.start_units {
-        for n in &names {
-            let unit = format!("srp-ublk@{n}.service");
-            let st = std::process::Command::new("systemctl")
-                .args(["--no-block", "start", &unit])
-                .status()
-                .context("running systemctl")?;
-            if !st.success() {
-                bail!("systemctl start {unit} failed ({st})");
-            }
-        }
-        return Ok(());
+        return start_units(&names);
     }
     super::add::check_ublk()?;
     let confs = names
@@ -250,33 +240,39 @@ pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     notify_ready()?;
+    supervise(&confs, ids, a.rescan)
+}
+
+/// `up --start-units`: each target's `srp-ublk@NAME.service`, started without waiting for it.
+fn start_units(names: &[String]) -> anyhow::Result<()> {
+    for n in names {
+        let unit = format!("srp-ublk@{n}.service");
+        let st = std::process::Command::new("systemctl")
+            .args(["--no-block", "start", &unit])
+            .status()
+            .context("running systemctl")?;
+        if !st.success() {
+            bail!("systemctl start {unit} failed ({st})");
+        }
+    }
+    Ok(())
+}
+
+/// `up --supervise`: watches the devices `ids` every second until one is deleted (the unit's
+/// work is done) or loses its daemon (an error, so that systemd restarts the unit, which recovers
+/// it); looks for new LUNs of the `lun=all` targets every `rescan` seconds (0: never) and when a
+/// target reports that its LUNs changed.
+fn supervise(confs: &[Conf], mut ids: Vec<u32>, rescan: u64) -> anyhow::Result<()> {
     let mut last_scan = std::time::Instant::now();
     // per device: the REPORTED LUNS DATA HAS CHANGED unit attentions its queues have seen
     let mut luns_changed: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
     loop {
         std::thread::sleep(Duration::from_secs(1));
         reap_children();
-        let mut changed = false;
-        for id in &ids {
-            match DeviceState::read(&DeviceState::path(*id)) {
-                Ok(d) if !super::daemon::alive(&d) => bail!(
-                    "{} lost its daemon (pid {}): exiting so that systemd restarts the unit, \
-                     which recovers it",
-                    d.bdev,
-                    d.pid
-                ),
-                Ok(d) => {
-                    let n: u64 = d.queues.iter().map(|q| q.luns_changed).sum();
-                    changed |= luns_changed.insert(*id, n).is_some_and(|was| n > was);
-                }
-                Err(_) => {
-                    // deleted (`srp-ublk down` as the unit stops, or `del`): nothing to watch
-                    println!("/dev/ublkb{id} was deleted: the target is no longer up");
-                    return Ok(());
-                }
-            }
-        }
-        let due = a.rescan > 0 && last_scan.elapsed() >= Duration::from_secs(a.rescan);
+        let Some(changed) = watch(&ids, &mut luns_changed)? else {
+            return Ok(());
+        };
+        let due = rescan > 0 && last_scan.elapsed() >= Duration::from_secs(rescan);
         if !(due || changed) {
             continue;
         }
@@ -303,6 +299,35 @@ pub fn run_up(a: UpArgs) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// One look at the supervised devices: whether a target reported that its LUNs changed since the
+/// last look, `None` once one of them was deleted, an error when one lost its daemon.
+fn watch(
+    ids: &[u32],
+    luns_changed: &mut std::collections::HashMap<u32, u64>,
+) -> anyhow::Result<Option<bool>> {
+    let mut changed = false;
+    for id in ids {
+        match DeviceState::read(&DeviceState::path(*id)) {
+            Ok(d) if !super::daemon::alive(&d) => bail!(
+                "{} lost its daemon (pid {}): exiting so that systemd restarts the unit, \
+                 which recovers it",
+                d.bdev,
+                d.pid
+            ),
+            Ok(d) => {
+                let n: u64 = d.queues.iter().map(|q| q.luns_changed).sum();
+                changed |= luns_changed.insert(*id, n).is_some_and(|was| n > was);
+            }
+            Err(_) => {
+                // deleted (`srp-ublk down` as the unit stops, or `del`): nothing to watch
+                println!("/dev/ublkb{id} was deleted: the target is no longer up");
+                return Ok(None);
+            }
+        }
+    }
+    Ok(Some(changed))
 }
 
 /// Runs `down`.
