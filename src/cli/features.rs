@@ -15,6 +15,22 @@ pub fn run() -> anyhow::Result<()> {
         "kernel: {}",
         read("/proc/sys/kernel/osrelease").unwrap_or_default()
     );
+    ublk();
+    modules();
+    rdma_devices();
+    println!(
+        "/dev/infiniband/rdma_cm: {}",
+        if Path::new("/dev/infiniband/rdma_cm").exists() {
+            "present"
+        } else {
+            "missing (modprobe rdma_ucm)"
+        }
+    );
+    Ok(())
+}
+
+/// ublk's control device and the driver's features.
+fn ublk() {
     if Path::new("/dev/ublk-control").exists() {
         match libublk::ctrl::UblkCtrl::get_features() {
             Some(f) => println!(
@@ -30,6 +46,10 @@ pub fn run() -> anyhow::Result<()> {
     } else {
         println!("ublk: MISSING /dev/ublk-control (modprobe ublk_drv)");
     }
+}
+
+/// Whether each module srp-ublk or the lab needs is loaded.
+fn modules() {
     for m in [
         "ublk_drv",
         "rdma_rxe",
@@ -44,6 +64,10 @@ pub fn run() -> anyhow::Result<()> {
             if loaded { "loaded" } else { "not loaded" }
         );
     }
+}
+
+/// Each RDMA device, its ports' state, link layer and GIDs.
+fn rdma_devices() {
     let mut any = false;
     for dev in std::fs::read_dir("/sys/class/infiniband")
         .into_iter()
@@ -81,13 +105,4 @@ pub fn run() -> anyhow::Result<()> {
             "rdma: no RDMA devices (add soft-RoCE with `rdma link add rxe0 type rxe netdev IFACE`)"
         );
     }
-    println!(
-        "/dev/infiniband/rdma_cm: {}",
-        if Path::new("/dev/infiniband/rdma_cm").exists() {
-            "present"
-        } else {
-            "missing (modprobe rdma_ucm)"
-        }
-    );
-    Ok(())
 }
