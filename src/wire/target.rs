@@ -207,7 +207,6 @@ fn parse_dgid(tok: &str, v: &str) -> Result<[u8; 16], TargetError> {
     Ok(g)
 }
 
-/// `ip:port` or `[ipv6]:port`; the port is mandatory (as in ib_srp).
 /// A network interface's name (at most 15 bytes, as the kernel's IFNAMSIZ allows).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct IfName {
@@ -266,6 +265,7 @@ fn scoped_by_name(v: &str) -> Option<(SocketAddr, IfName)> {
     Some((SocketAddr::new(IpAddr::V6(ip), port), IfName::new(scope)?))
 }
 
+/// `ip:port`, `[ipv6]:port` or `[ipv6%interface]:port`; the port is mandatory (as in ib_srp).
 fn parse_dest(tok: &str, v: &str) -> Result<(SocketAddr, Option<IfName>), TargetError> {
     if let Ok(sa) = v.parse::<SocketAddr>() {
         return Ok((sa, None));
