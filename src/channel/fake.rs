@@ -12,8 +12,8 @@ use super::{DataBuf, PortDown, RemoteAccess, Transport, TransportError, Wc, WcKi
 use crate::rdma::{Keep, TagBufs};
 use crate::wire::scsi::cdb::op;
 use crate::wire::srp::{
-    parse_initiator_iu, AerReq, CredReq, DataDesc, InitiatorIu, RspFlags, ScsiLun, SrpRsp, TLogout,
-    TLogoutReason, TskMgmtFunc,
+    parse_initiator_iu, AerReq, CredReq, DataDesc, InitiatorIu, RspFlags, ScsiLun, SrpCmd, SrpRsp,
+    TLogout, TLogoutReason, TskMgmtFunc,
 };
 use crate::wire::target::RkeyScope;
 use std::collections::VecDeque;
@@ -456,83 +456,99 @@ impl FakeTarget {
             }
             Err(_) => return Some(self.respond(0, 0x02, &sense(0x05, 0x24, 0), 0, 0)),
         };
-        let c = p.cmd;
-        let cdb = c.cdb;
-        self.log.push((cdb[0], c.tag));
+        let c = &p.cmd;
+        self.log.push((c.cdb[0], c.tag));
         if let (DataDesc::Direct(d), _) | (_, DataDesc::Direct(d)) = (c.data_in, c.data_out) {
             self.last_direct = Some((d.key, d.va, d.len));
         }
+        if let Some(injected) = self.injected_fault(c.tag) {
+            return injected;
+        }
+        Some(match c.cdb[0] {
+            op::READ_16 => self.read_16(c),
+            op::WRITE_16 | op::WRITE_SAME_16 | op::UNMAP => self.write(c, p.immediate),
+            op::SYNCHRONIZE_CACHE_16 | op::TEST_UNIT_READY => self.respond(c.tag, 0, &[], 0, 0),
+            _ => self.respond(c.tag, 2, &sense(5, 0x20, 0), 0, 0),
+        })
+    }
+
+    /// The next injected fault for command `tag`, if one is due: its response dropped
+    /// (`Some(None)`), BUSY, or a CHECK CONDITION with the queued sense.
+    fn injected_fault(&mut self, tag: u64) -> Option<Option<Vec<u8>>> {
         if self.faults.drop_next_rsp {
             self.faults.drop_next_rsp = false;
-            return None;
+            return Some(None);
         }
         if self.faults.busy_next > 0 {
             self.faults.busy_next -= 1;
-            return Some(self.respond(c.tag, 0x08, &[], 0, 0));
+            return Some(Some(self.respond(tag, 0x08, &[], 0, 0)));
         }
-        if let Some((k, a, q)) = self.faults.check_condition.pop_front() {
-            return Some(self.respond(c.tag, 0x02, &sense(k, a, q), 0, 0));
-        }
+        let (k, a, q) = self.faults.check_condition.pop_front()?;
+        Some(Some(self.respond(tag, 0x02, &sense(k, a, q), 0, 0)))
+    }
+
+    /// A 16-byte CDB's LBA and block count.
+    fn lba_blocks(cdb: &[u8]) -> (u64, u32) {
+        let lba = u64::from_be_bytes(cdb[2..10].try_into().expect("8 bytes"));
+        let n = u32::from_be_bytes(cdb[10..14].try_into().expect("4 bytes"));
+        (lba, n)
+    }
+
+    /// The disk's byte range of `n` blocks at `lba`, if they are on the disk.
+    fn range(&self, lba: u64, n: u32) -> Option<std::ops::Range<usize>> {
         let bs = u64::from(self.block);
-        let lba_blocks = |cdb: &[u8]| {
-            let lba = u64::from_be_bytes(cdb[2..10].try_into().expect("8 bytes"));
-            let n = u32::from_be_bytes(cdb[10..14].try_into().expect("4 bytes"));
-            (lba, n)
+        let end = (lba + u64::from(n)) * bs;
+        (end <= self.disk.len() as u64).then(|| (lba * bs) as usize..end as usize)
+    }
+
+    /// READ(16): the blocks RDMA-written to the initiator's buffer, then GOOD.
+    fn read_16(&mut self, c: &SrpCmd) -> Vec<u8> {
+        let (lba, n) = Self::lba_blocks(c.cdb);
+        let Some(r) = self.range(lba, n) else {
+            return self.respond(c.tag, 2, &sense(5, 0x21, 0), 0, 0);
         };
-        let in_range = |lba: u64, n: u32, disk: usize| (lba + u64::from(n)) * bs <= disk as u64;
-        match cdb[0] {
-            op::READ_16 => {
-                let (lba, n) = lba_blocks(cdb);
-                if !in_range(lba, n, self.disk.len()) {
-                    return Some(self.respond(c.tag, 2, &sense(5, 0x21, 0), 0, 0));
-                }
-                let DataDesc::Direct(d) = c.data_in else {
-                    return Some(self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0));
-                };
-                let (off, len) = ((lba * bs) as usize, (u64::from(n) * bs) as usize);
-                let data = self.disk[off..off + len].to_vec();
-                if !self.dma_write(d.key, d.va, d.len, &data) {
-                    return Some(self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0));
-                }
-                Some(self.respond(c.tag, 0, &[], 0, 0))
-            }
-            op::WRITE_16 | op::WRITE_SAME_16 | op::UNMAP => {
-                let data: Vec<u8> = match c.data_out {
-                    DataDesc::Immediate { .. } => p.immediate.to_vec(),
-                    DataDesc::Direct(d) => match self.dma_read(d.key, d.va, d.len) {
-                        Some(m) => m,
-                        None => return Some(self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0)),
-                    },
-                    _ => return Some(self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0)),
-                };
-                let (lba, n) = if cdb[0] == op::UNMAP {
-                    let lba = u64::from_be_bytes(data[8..16].try_into().expect("8 bytes"));
-                    let n = u32::from_be_bytes(data[16..20].try_into().expect("4 bytes"));
-                    (lba, n)
-                } else {
-                    lba_blocks(cdb)
-                };
-                if !in_range(lba, n, self.disk.len()) {
-                    return Some(self.respond(c.tag, 2, &sense(5, 0x21, 0), 0, 0));
-                }
-                let off = (lba * bs) as usize;
-                let len = (u64::from(n) * bs) as usize;
-                if cdb[0] == op::WRITE_16 {
-                    self.disk[off..off + len].copy_from_slice(&data[..len]);
-                } else if cdb[0] == op::UNMAP {
-                    self.disk[off..off + len].fill(0);
-                } else {
-                    for chunk in self.disk[off..off + len].chunks_mut(bs as usize) {
-                        chunk.copy_from_slice(&data[..bs as usize]);
-                    }
-                }
-                Some(self.respond(c.tag, 0, &[], 0, 0))
-            }
-            op::SYNCHRONIZE_CACHE_16 | op::TEST_UNIT_READY => {
-                Some(self.respond(c.tag, 0, &[], 0, 0))
-            }
-            _ => Some(self.respond(c.tag, 2, &sense(5, 0x20, 0), 0, 0)),
+        let DataDesc::Direct(d) = c.data_in else {
+            return self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0);
+        };
+        let data = self.disk[r].to_vec();
+        if !self.dma_write(d.key, d.va, d.len, &data) {
+            return self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0);
         }
+        self.respond(c.tag, 0, &[], 0, 0)
+    }
+
+    /// WRITE(16), WRITE SAME(16) and UNMAP: the data-out (immediate, or RDMA-read from the
+    /// initiator's buffer) written, repeated per block, or the range zeroed.
+    fn write(&mut self, c: &SrpCmd, immediate: &[u8]) -> Vec<u8> {
+        let data: Vec<u8> = match c.data_out {
+            DataDesc::Immediate { .. } => immediate.to_vec(),
+            DataDesc::Direct(d) => match self.dma_read(d.key, d.va, d.len) {
+                Some(m) => m,
+                None => return self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0),
+            },
+            _ => return self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0),
+        };
+        let (lba, n) = if c.cdb[0] == op::UNMAP {
+            let lba = u64::from_be_bytes(data[8..16].try_into().expect("8 bytes"));
+            let n = u32::from_be_bytes(data[16..20].try_into().expect("4 bytes"));
+            (lba, n)
+        } else {
+            Self::lba_blocks(c.cdb)
+        };
+        let Some(r) = self.range(lba, n) else {
+            return self.respond(c.tag, 2, &sense(5, 0x21, 0), 0, 0);
+        };
+        let bs = self.block as usize;
+        match c.cdb[0] {
+            op::WRITE_16 => self.disk[r.clone()].copy_from_slice(&data[..r.len()]),
+            op::UNMAP => self.disk[r].fill(0),
+            _ => {
+                for chunk in self.disk[r].chunks_mut(bs) {
+                    chunk.copy_from_slice(&data[..bs]);
+                }
+            }
+        }
+        self.respond(c.tag, 0, &[], 0, 0)
     }
 }
 
