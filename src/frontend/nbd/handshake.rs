@@ -15,6 +15,11 @@ pub(super) fn bad(msg: impl Into<String>) -> io::Error {
 /// Option data above this closes the connection (no option of ours needs more).
 const MAX_OPTION_LEN: u32 = 64 * 1024;
 
+/// One option reply sent on its own: `kind` (ACK, or an error with `msg` as its text) for `option`.
+fn reply(s: &mut Timed, option: u32, kind: u32, msg: &[u8]) -> io::Result<()> {
+    s.write_all(&nbd::option_reply(option, kind, msg))
+}
+
 /// What the handshake agreed beyond the export: structured replies, and the base:allocation
 /// context for NBD_CMD_BLOCK_STATUS.
 #[derive(Clone, Copy, Debug, Default)]
@@ -31,15 +36,13 @@ fn negotiate(
     data: &[u8],
     neg: &mut Negotiated,
 ) -> io::Result<()> {
-    let refuse = |s: &mut Timed, kind, msg: &str| {
-        s.write_all(&nbd::option_reply(option, kind, msg.as_bytes()))
-    };
+    let refuse = |s: &mut Timed, kind, msg: &str| reply(s, option, kind, msg.as_bytes());
     if option == opt::STRUCTURED_REPLY {
         if !data.is_empty() {
             return refuse(s, rep::ERR_INVALID, "STRUCTURED_REPLY takes no data");
         }
         neg.structured = true;
-        return s.write_all(&nbd::option_reply(option, rep::ACK, &[]));
+        return reply(s, option, rep::ACK, &[]);
     }
     let list = option == opt::LIST_META_CONTEXT;
     let req = match MetaContextRequest::parse(data) {
@@ -100,11 +103,12 @@ pub(super) fn handshake(
                 // no reply exists for EXPORT_NAME but the export itself: close
                 return Err(bad("client asked for the export before starting TLS"));
             }
-            o if tls_required && o != opt::ABORT => s.write_all(&nbd::option_reply(
+            o if tls_required && o != opt::ABORT => reply(
+                s,
                 o,
                 rep::ERR_TLS_REQD,
                 b"this server requires TLS: start it with NBD_OPT_STARTTLS",
-            ))?,
+            )?,
             opt::EXPORT_NAME => {
                 return export_name(s, ex, &data, no_zeroes).map(|e| Some((e, neg)))
             }
@@ -118,10 +122,10 @@ pub(super) fn handshake(
                 negotiate(s, ex, option, &data, &mut neg)?
             }
             opt::ABORT => {
-                let _ = s.write_all(&nbd::option_reply(option, rep::ACK, &[]));
+                let _ = reply(s, option, rep::ACK, &[]);
                 return Ok(None);
             }
-            o => s.write_all(&nbd::option_reply(o, rep::ERR_UNSUP, &[]))?,
+            o => reply(s, o, rep::ERR_UNSUP, &[])?,
         }
     }
 }
@@ -156,14 +160,14 @@ fn start_tls(
 ) -> io::Result<()> {
     let (kind, msg) = match tls {
         Some(cfg) if !s.is_tls() && data.is_empty() => {
-            s.write_all(&nbd::option_reply(opt::STARTTLS, rep::ACK, &[]))?;
+            reply(s, opt::STARTTLS, rep::ACK, &[])?;
             return s.start_tls(cfg.clone());
         }
         Some(_) if s.is_tls() => (rep::ERR_INVALID, "TLS is already on"),
         Some(_) => (rep::ERR_INVALID, "STARTTLS takes no data"),
         None => (rep::ERR_UNSUP, "this export is served without TLS"),
     };
-    s.write_all(&nbd::option_reply(opt::STARTTLS, kind, msg.as_bytes()))
+    reply(s, opt::STARTTLS, kind, msg.as_bytes())
 }
 
 /// NBD_OPT_EXPORT_NAME: the old way to choose the export. It has no error reply, so an unknown
@@ -188,10 +192,8 @@ fn export_name(s: &mut Timed, ex: &Export, data: &[u8], no_zeroes: bool) -> io::
 /// also opens the export and returns its executor; a refusal is an error reply and the client
 /// may go on with other options.
 fn info_or_go(s: &mut Timed, ex: &Export, option: u32, data: &[u8]) -> io::Result<Option<Exec>> {
-    let refuse = |s: &mut Timed, kind, msg: &str| {
-        s.write_all(&nbd::option_reply(option, kind, msg.as_bytes()))
-            .map(|_| None)
-    };
+    let refuse =
+        |s: &mut Timed, kind, msg: &str| reply(s, option, kind, msg.as_bytes()).map(|_| None);
     let req = match InfoRequest::parse(data) {
         Ok(r) => r,
         Err(e) => return refuse(s, rep::ERR_INVALID, &e.to_string()),
@@ -234,11 +236,7 @@ fn info_or_go(s: &mut Timed, ex: &Export, option: u32, data: &[u8]) -> io::Resul
 /// NBD_OPT_LIST: our one export.
 fn list(s: &mut Timed, ex: &Export, data: &[u8]) -> io::Result<()> {
     if !data.is_empty() {
-        return s.write_all(&nbd::option_reply(
-            opt::LIST,
-            rep::ERR_INVALID,
-            b"LIST takes no data",
-        ));
+        return reply(s, opt::LIST, rep::ERR_INVALID, b"LIST takes no data");
     }
     let mut d = (ex.name.len() as u32).to_be_bytes().to_vec();
     d.extend_from_slice(ex.name.as_bytes());
