@@ -20,7 +20,7 @@ import statistics
 import sys
 
 from guestprof import CATS, busy_us_per_io, profiled, samples, where
-from report import perftest
+from report import fio_latency, perftest
 
 raw, out_json = sys.argv[1], sys.argv[2]
 runs = {}
@@ -50,13 +50,10 @@ for f in sorted(os.listdir(raw)):
         # RoCE packets on the initiator guest's port over the run (sent + received)
         s0, r0, s1, r1 = (int(x) for x in open(base + ".pkts").read().split())
         r["pkts_per_io"] = (s1 - s0 + r1 - r0) / max(ios, 1)
-    # latency of the direction that did the I/O (the cases are reads or writes): fio's total
-    # latency, from before io_submit to the reaped completion, in runs that asked for its
-    # percentiles (--lat_percentiles=1, since 2026-12-04); the completion latency alone before
+    # latency of the direction that did the I/O (the cases are reads or writes)
     d = job["read"] if job["read"]["total_ios"] >= job["write"]["total_ios"] else job["write"]
-    kind = "lat_ns" if "percentile" in d.get("lat_ns", {}) else "clat_ns"
+    kind, pct = fio_latency(d)
     lat_kinds.add(kind)
-    pct = d.get(kind, {}).get("percentile", {})
     for key, name in (("50.000000", "p50_us"), ("99.000000", "p99_us")):
         if key in pct:
             r[name] = pct[key] / 1e3

@@ -31,15 +31,20 @@ def load_meta(raw):
     return meta
 
 
+def fio_latency(side):
+    """(kind, percentiles) of one direction of a fio job: its total latency (submission and
+    completion) where the run asked for its percentiles (--lat_percentiles=1, since 2026-12-04),
+    else the completion latency alone."""
+    kind = "lat_ns" if "percentile" in side.get("lat_ns", {}) else "clat_ns"
+    return kind, side.get(kind, {}).get("percentile", {})
+
+
 def fio_run(path, cpu_path, secs):
     with open(path) as f:
         text = f.read()
     job = json.loads(text[text.index("{"):])["jobs"][0]
     side = job["read"] if job["read"]["total_ios"] > 0 else job["write"]
-    # fio's total latency (submission and completion) where the run has its percentiles
-    # (--lat_percentiles=1, since 2026-12-04), else the completion latency alone
-    kind = "lat_ns" if "percentile" in side.get("lat_ns", {}) else "clat_ns"
-    pct = side[kind].get("percentile", {})
+    kind, pct = fio_latency(side)
     run = {
         "latency": kind[: -len("_ns")],
         "iops": side["iops"],

@@ -4,7 +4,7 @@
 # (perf; qemu TCG has no PMU) of the daemon. Results in target/lab/out/.
 PERF_OPTS=${PERF_OPTS:-}
 dev=$(srp-ublk add --target "$SRP_TARGET" --queues 1 --poll ${POLL:-interrupt}) || exit 1
-pid=$(grep -o '"pid": *[0-9]*' /run/srp-ublk/ublkb0.json | grep -o '[0-9]*$')
+pid=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${dev#/dev/}.json" | grep -o '[0-9]*$')
 job() { fio --name=p --filename=$dev --ioengine=libaio --direct=1 --rw=randread --bs=4k --iodepth=1 --runtime=$1 \
     --time_based --size=200m --eta=never --output-format=terse --terse-version=3 | awk -F';' '{print "IOPS", $8}'; }
 job 3

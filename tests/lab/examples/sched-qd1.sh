@@ -12,7 +12,7 @@ if [ "${SCHED_INITIATOR:-srp-ublk}" = ib_srp ]; then
     : > "$LAB_OUT/sched-tasks.txt"
 else
     dev=$(srp-ublk add --target "$SRP_TARGET" --queues 2 --depth 64) || exit 1
-    pid=$(grep -o '"pid": *[0-9]*' /run/srp-ublk/ublkb0.json | grep -o '[0-9]*$')
+    pid=$(grep -o '"pid": *[0-9]*' "/run/srp-ublk/${dev#/dev/}.json" | grep -o '[0-9]*$')
     for t in /proc/"$pid"/task/*; do echo "$(basename "$t") $(cat "$t/comm")"; done > "$LAB_OUT/sched-tasks.txt"
 fi
 : > "$LAB_OUT/sched-ios.txt"
