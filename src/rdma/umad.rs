@@ -193,6 +193,35 @@ fn parse_num(s: &str) -> Option<u16> {
     }
 }
 
+/// Port `port` of RDMA device `dev` from sysfs, or why it cannot ask a subnet manager.
+fn ib_port(device: String, port: u8) -> Result<LocalPort, String> {
+    let pdir = PathBuf::from(format!("/sys/class/infiniband/{device}/ports/{port}"));
+    let link = sysfs(&pdir.join("link_layer")).unwrap_or_default();
+    let state = sysfs(&pdir.join("state")).unwrap_or_default();
+    if link != "InfiniBand" {
+        return Err(format!("{device} port {port} is {link} (RoCE/iWARP)"));
+    }
+    if !state.contains("ACTIVE") {
+        return Err(format!("{device} port {port} is {state}"));
+    }
+    let num = |file: &str| sysfs(&pdir.join(file)).and_then(|s| parse_num(&s));
+    let mut pkeys = Vec::new();
+    for i in 0u16..64 {
+        match num(&format!("pkeys/{i}")) {
+            Some(0) => {}
+            Some(k) => pkeys.push((i, k)),
+            None => break,
+        }
+    }
+    Ok(LocalPort {
+        device,
+        port,
+        lid: num("lid").unwrap_or(0),
+        sm_lid: num("sm_lid").unwrap_or(0),
+        pkeys,
+    })
+}
+
 /// Finds the umad device of `want` (`DEVICE[:PORT]`), or of the first InfiniBand port that is up.
 /// RoCE and iWARP ports are refused: they have no subnet manager to ask.
 pub fn find_port(want: Option<&str>) -> Result<(PathBuf, LocalPort), UmadError> {
@@ -224,40 +253,11 @@ pub fn find_port(want: Option<&str>) -> Result<(PathBuf, LocalPort), UmadError> 
         if want_dev.is_some_and(|w| w != dev) || want_port.is_some_and(|w| w != port) {
             continue;
         }
-        let pdir = PathBuf::from(format!("/sys/class/infiniband/{dev}/ports/{port}"));
-        let link = sysfs(&pdir.join("link_layer")).unwrap_or_default();
-        let state = sysfs(&pdir.join("state")).unwrap_or_default();
-        if link != "InfiniBand" {
-            seen.push(format!("{dev} port {port} is {link} (RoCE/iWARP)"));
-            continue;
-        }
-        if !state.contains("ACTIVE") {
-            seen.push(format!("{dev} port {port} is {state}"));
-            continue;
-        }
-        let lid = sysfs(&pdir.join("lid"))
-            .and_then(|s| parse_num(&s))
-            .unwrap_or(0);
-        let sm_lid = sysfs(&pdir.join("sm_lid"))
-            .and_then(|s| parse_num(&s))
-            .unwrap_or(0);
-        let mut pkeys = Vec::new();
-        for i in 0u16..64 {
-            match sysfs(&pdir.join(format!("pkeys/{i}"))).and_then(|s| parse_num(&s)) {
-                Some(0) => {}
-                Some(k) => pkeys.push((i, k)),
-                None => break,
-            }
-        }
         let name = d.file_name().map(|n| n.to_owned()).unwrap_or_default();
-        let local = LocalPort {
-            device: dev,
-            port,
-            lid,
-            sm_lid,
-            pkeys,
-        };
-        return Ok((Path::new("/dev/infiniband").join(name), local));
+        match ib_port(dev, port) {
+            Ok(local) => return Ok((Path::new("/dev/infiniband").join(name), local)),
+            Err(why) => seen.push(why),
+        }
     }
     let what = want.map_or("an active InfiniBand port".to_string(), |w| {
         format!("'{w}'")
@@ -363,20 +363,37 @@ impl Umad {
             source,
         };
         self.file.write_all(&out).map_err(|e| os("write", e))?;
+        self.answer(id, tid, lid, what)
+    }
+
+    /// Reads until the answer to transaction `tid` on agent `id` arrives (answers to other agents
+    /// or to older requests are skipped), or the kernel's tries and a second more have passed.
+    fn answer(
+        &mut self,
+        id: u32,
+        tid: u64,
+        lid: u16,
+        what: &'static str,
+    ) -> Result<Vec<u8>, UmadError> {
+        let timed_out = || UmadError::Timeout {
+            what,
+            lid,
+            ms: self.timeout_ms,
+            tries: self.tries,
+        };
         let deadline = Instant::now()
             + Duration::from_millis(u64::from(self.timeout_ms) * u64::from(self.tries) + 1000);
         let mut buf = vec![0u8; 64 + (1 << 18)];
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || !readable(&self.file, left) {
-                return Err(UmadError::Timeout {
-                    what,
-                    lid,
-                    ms: self.timeout_ms,
-                    tries: self.tries,
-                });
+                return Err(timed_out());
             }
-            let n = self.file.read(&mut buf).map_err(|e| os("read", e))?;
+            let n = self.file.read(&mut buf).map_err(|source| UmadError::Os {
+                op: "read",
+                path: self.path.clone(),
+                source,
+            })?;
             let Ok((h, _)) = UserMadHdr::read_from_prefix(&buf[..n]) else {
                 continue;
             };
@@ -387,22 +404,11 @@ impl Umad {
             if h.id != id || got_tid != Some(tid) {
                 continue; // another agent's, or an older request's
             }
-            if h.status != 0 {
-                if h.status == libc::ETIMEDOUT as u32 {
-                    return Err(UmadError::Timeout {
-                        what,
-                        lid,
-                        ms: self.timeout_ms,
-                        tries: self.tries,
-                    });
-                }
-                return Err(UmadError::Status {
-                    what,
-                    lid,
-                    status: h.status,
-                });
-            }
-            return Ok(body.to_vec());
+            return match h.status {
+                0 => Ok(body.to_vec()),
+                s if s == libc::ETIMEDOUT as u32 => Err(timed_out()),
+                status => Err(UmadError::Status { what, lid, status }),
+            };
         }
     }
 }

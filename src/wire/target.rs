@@ -182,6 +182,22 @@ fn parse_hex_u64(tok: &str, v: &str) -> Result<u64, TargetError> {
     u64::from_str_radix(digits, 16).map_err(|_| err(tok, "expected up to 16 hex digits"))
 }
 
+/// A P_Key as ib_srp (match_hex) and srp_daemon's rules (strtoul(.., 16)) take it: hex, optional
+/// 0x, at most ffff (srp_daemon would keep the low 16 bits of a larger one; refused here).
+fn parse_pkey(tok: &str, v: &str) -> Result<u16, TargetError> {
+    let digits = v
+        .strip_prefix("0x")
+        .or_else(|| v.strip_prefix("0X"))
+        .unwrap_or(v);
+    digits
+        .bytes()
+        .all(|c| c.is_ascii_hexdigit())
+        .then(|| u64::from_str_radix(digits, 16).ok())
+        .flatten()
+        .and_then(|p| u16::try_from(p).ok())
+        .ok_or_else(|| err(tok, "expected a 16-bit hex P_Key (e.g. ffff)"))
+}
+
 /// match_int with a lower and upper bound.
 fn parse_int(tok: &str, v: &str, min: u32, max: u32) -> Result<u32, TargetError> {
     let n: i64 = v
@@ -379,65 +395,58 @@ impl TargetOptions {
     }
 }
 
-impl TargetSpec {
-    /// Parses an ib_srp `add_target` string (or an `srp_daemon -o` line). Options are separated by
-    /// commas or newlines; empty ones are skipped; a later value replaces an earlier one, as in
-    /// ib_srp. `#` starts a comment that runs to the end of its line.
-    pub fn parse(s: &str) -> Result<Self, TargetError> {
-        let (mut id_ext, mut ioc_guid) = (None, None);
-        let (mut dgid, mut pkey, mut service_id) = (None, None, None);
-        let (mut dest, mut src, mut lun) = (None, None, None);
-        let mut opts = TargetOptions::default();
-        let uncommented: Vec<&str> = s
-            .lines()
-            .map(|l| l.split_once('#').map_or(l, |(a, _)| a))
-            .collect();
-        let s = uncommented.join("\n");
-        for raw in s.split([',', '\n']) {
-            let tok = raw.trim();
-            if tok.is_empty() {
-                continue;
+/// An add_target string's keys as given, before the mandatory ones are checked.
+#[derive(Default)]
+struct Keys {
+    id_ext: Option<u64>,
+    ioc_guid: Option<u64>,
+    dgid: Option<[u8; 16]>,
+    pkey: Option<u16>,
+    service_id: Option<u64>,
+    dest: Option<(SocketAddr, Option<IfName>)>,
+    src: Option<IpAddr>,
+    lun: Option<u64>,
+    opts: TargetOptions,
+}
+
+impl Keys {
+    /// Takes one `key=value` token; a later value replaces an earlier one, as in ib_srp.
+    fn apply(&mut self, tok: &str, key: &str, v: &str) -> Result<(), TargetError> {
+        match key {
+            "id_ext" => self.id_ext = Some(parse_hex_u64(tok, v)?),
+            "ioc_guid" => self.ioc_guid = Some(parse_hex_u64(tok, v)?),
+            "dgid" => self.dgid = Some(parse_dgid(tok, v)?),
+            "pkey" => self.pkey = Some(parse_pkey(tok, v)?),
+            "service_id" => self.service_id = Some(parse_hex_u64(tok, v)?),
+            "dest" => self.dest = Some(parse_dest(tok, v)?),
+            "src" => self.src = Some(parse_src(tok, v)?),
+            "lun" => {
+                let lun = v.parse::<u64>().map_err(|_| {
+                    err(
+                        tok,
+                        "expected a LUN number (as Linux numbers them, e.g. lun=0)",
+                    )
+                })?;
+                self.lun = Some(lun);
             }
-            let Some((key, v)) = tok.split_once('=') else {
-                return Err(err(tok, format!("expected key=value; known keys: {KNOWN}")));
-            };
-            if v.is_empty() {
-                return Err(err(tok, format!("the value of {key} is missing")));
-            }
-            match key {
-                "id_ext" => id_ext = Some(parse_hex_u64(tok, v)?),
-                "ioc_guid" => ioc_guid = Some(parse_hex_u64(tok, v)?),
-                "dgid" => dgid = Some(parse_dgid(tok, v)?),
-                "pkey" => {
-                    let p = u32::from_str_radix(v.trim_start_matches("0x"), 16)
-                        .ok()
-                        .filter(|&p| p <= 0xffff)
-                        .ok_or_else(|| err(tok, "expected a 16-bit hex P_Key (e.g. ffff)"))?;
-                    pkey = Some(p as u16);
-                }
-                "service_id" => service_id = Some(parse_hex_u64(tok, v)?),
-                "dest" => dest = Some(parse_dest(tok, v)?),
-                "src" => src = Some(parse_src(tok, v)?),
-                "lun" => {
-                    lun = Some(v.parse::<u64>().map_err(|_| {
-                        err(
-                            tok,
-                            "expected a LUN number (as Linux numbers them, e.g. lun=0)",
-                        )
-                    })?)
-                }
-                _ => {
-                    if !opts.apply(tok, key, v)? {
-                        return Err(err(tok, format!("unknown option; known keys: {KNOWN}")));
-                    }
-                }
-            }
+            _ if self.opts.apply(tok, key, v)? => {}
+            _ => return Err(err(tok, format!("unknown option; known keys: {KNOWN}"))),
         }
-        let (Some(id_ext), Some(ioc_guid)) = (id_ext, ioc_guid) else {
-            return Err(err(s.trim(), "id_ext and ioc_guid are mandatory"));
+        Ok(())
+    }
+
+    /// The target, once the identity and one way to reach it are there; `s` is the whole string
+    /// (for the error).
+    fn into_spec(self, s: &str) -> Result<TargetSpec, TargetError> {
+        let (Some(id_ext), Some(ioc_guid)) = (self.id_ext, self.ioc_guid) else {
+            return Err(err(s, "id_ext and ioc_guid are mandatory"));
         };
-        let transport = match (dest, dgid, pkey, service_id) {
-            (Some((dest, dest_if)), ..) => Transport::RdmaCm { dest, src, dest_if },
+        let transport = match (self.dest, self.dgid, self.pkey, self.service_id) {
+            (Some((dest, dest_if)), ..) => Transport::RdmaCm {
+                dest,
+                src: self.src,
+                dest_if,
+            },
             (None, Some(dgid), Some(pkey), Some(service_id)) => Transport::IbCm {
                 dgid,
                 pkey,
@@ -445,7 +454,7 @@ impl TargetSpec {
             },
             _ => {
                 return Err(err(
-                    s.trim(),
+                    s,
                     "missing where to connect: give dest=IP:PORT (RDMA/CM) or dgid, pkey and \
                      service_id (IB CM)",
                 ))
@@ -455,9 +464,37 @@ impl TargetSpec {
             id_ext,
             ioc_guid,
             transport,
-            opts,
-            lun,
+            opts: self.opts,
+            lun: self.lun,
         })
+    }
+}
+
+impl TargetSpec {
+    /// Parses an ib_srp `add_target` string (or an `srp_daemon -o` line). Options are separated by
+    /// commas or newlines; empty ones are skipped; a later value replaces an earlier one, as in
+    /// ib_srp. `#` starts a comment that runs to the end of its line.
+    pub fn parse(s: &str) -> Result<Self, TargetError> {
+        let uncommented: Vec<&str> = s
+            .lines()
+            .map(|l| l.split_once('#').map_or(l, |(a, _)| a))
+            .collect();
+        let s = uncommented.join("\n");
+        let mut keys = Keys::default();
+        for tok in s
+            .split([',', '\n'])
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+        {
+            let Some((key, v)) = tok.split_once('=') else {
+                return Err(err(tok, format!("expected key=value; known keys: {KNOWN}")));
+            };
+            if v.is_empty() {
+                return Err(err(tok, format!("the value of {key} is missing")));
+            }
+            keys.apply(tok, key, v)?;
+        }
+        keys.into_spec(s.trim())
     }
 
     fn rev10(&self) -> bool {
@@ -617,6 +654,76 @@ impl Rule {
             && self.service_id.is_none_or(|v| Some(v) == service_id)
             && self.pkey.is_none_or(|v| Some(v) == pkey)
     }
+
+    /// One rule from its line `t` (trimmed, not a comment), line number `line`.
+    fn parse(line: usize, t: &str) -> Result<Rule, RuleError> {
+        let e = |token: &str, problem: &str| RuleError {
+            line,
+            token: token.into(),
+            problem: problem.into(),
+        };
+        let mut chars = t.chars();
+        let allow = match chars.next() {
+            Some('a' | 'A') => true,
+            Some('d' | 'D') => false,
+            _ => return Err(e(t, "a rule starts with 'a' (allow) or 'd' (disallow)")),
+        };
+        let rest = chars.as_str();
+        if !rest.is_empty() && !rest.starts_with([' ', '\t']) {
+            return Err(e(t, "expected blanks after 'a' or 'd'"));
+        }
+        let mut rule = Rule {
+            line,
+            allow,
+            ..Default::default()
+        };
+        let mut opts = Vec::new();
+        for tok in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = tok
+                .split_once('=')
+                .ok_or_else(|| e(tok, "expected key=value"))?;
+            rule.take(tok, k, v, &mut opts)
+                .map_err(|x| e(tok, &x.problem))?;
+        }
+        rule.options = opts.join(",");
+        Ok(rule)
+    }
+
+    /// Takes one `key=value` token: a condition, or (allow rules) an option, checked now as
+    /// srp_daemon does and kept in `opts`.
+    fn take(
+        &mut self,
+        tok: &str,
+        k: &str,
+        v: &str,
+        opts: &mut Vec<String>,
+    ) -> Result<(), TargetError> {
+        match k {
+            "id_ext" => self.id_ext = Some(parse_hex_u64(tok, v)?),
+            "ioc_guid" => self.ioc_guid = Some(parse_hex_u64(tok, v)?),
+            "dgid" => self.dgid = Some(parse_dgid(tok, v)?),
+            "service_id" => self.service_id = Some(parse_hex_u64(tok, v)?),
+            "pkey" => self.pkey = Some(parse_pkey(tok, v)?),
+            k if RULE_OPTIONS.contains(&k) => {
+                if !self.allow {
+                    return Err(err(tok, "options belong to allow ('a') rules"));
+                }
+                TargetOptions::default().apply(tok, k, v)?;
+                opts.push(tok.to_string());
+            }
+            _ => {
+                return Err(err(
+                    tok,
+                    format!(
+                        "unknown key; conditions are id_ext, ioc_guid, dgid, service_id, pkey; \
+                         options are {}",
+                        RULE_OPTIONS.join(", ")
+                    ),
+                ))
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The options srp_daemon lets an allow rule append (`parse_other_option`), and srp-ublk's `rkey_scope`.
@@ -640,76 +747,13 @@ impl Rules {
     /// Parses the file: `#` comments and blank lines skipped; each rule is `a` or `d`, blanks, then
     /// comma-separated `key=value` conditions and (allow rules) options.
     pub fn parse(text: &str) -> Result<Self, RuleError> {
-        let mut rules = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            let ln = i + 1;
-            let t = line.trim();
-            if t.is_empty() || t.starts_with('#') {
-                continue;
-            }
-            let e = |token: &str, problem: String| RuleError {
-                line: ln,
-                token: token.into(),
-                problem,
-            };
-            let mut rule = Rule {
-                line: ln,
-                ..Default::default()
-            };
-            let mut chars = t.chars();
-            rule.allow = match chars.next() {
-                Some('a' | 'A') => true,
-                Some('d' | 'D') => false,
-                _ => {
-                    return Err(e(
-                        t,
-                        "a rule starts with 'a' (allow) or 'd' (disallow)".into(),
-                    ))
-                }
-            };
-            let rest = chars.as_str();
-            if !rest.is_empty() && !rest.starts_with([' ', '\t']) {
-                return Err(e(t, "expected blanks after 'a' or 'd'".into()));
-            }
-            let mut opts = Vec::new();
-            for tok in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                let (k, v) = tok
-                    .split_once('=')
-                    .ok_or_else(|| e(tok, "expected key=value".into()))?;
-                let te = |x: TargetError| e(tok, x.problem);
-                match k {
-                    "id_ext" => rule.id_ext = Some(parse_hex_u64(tok, v).map_err(te)?),
-                    "ioc_guid" => rule.ioc_guid = Some(parse_hex_u64(tok, v).map_err(te)?),
-                    "dgid" => rule.dgid = Some(parse_dgid(tok, v).map_err(te)?),
-                    "service_id" => rule.service_id = Some(parse_hex_u64(tok, v).map_err(te)?),
-                    "pkey" => {
-                        let p = u16::from_str_radix(v, 16)
-                            .map_err(|_| e(tok, "expected a 16-bit hex P_Key".into()))?;
-                        rule.pkey = Some(p);
-                    }
-                    k if RULE_OPTIONS.contains(&k) => {
-                        if !rule.allow {
-                            return Err(e(tok, "options belong to allow ('a') rules".into()));
-                        }
-                        // check the value now, as srp_daemon does (decimal)
-                        TargetOptions::default().apply(tok, k, v).map_err(te)?;
-                        opts.push(tok.to_string());
-                    }
-                    _ => {
-                        return Err(e(
-                            tok,
-                            format!(
-                                "unknown key; conditions are id_ext, ioc_guid, dgid, service_id, \
-                                 pkey; options are {}",
-                                RULE_OPTIONS.join(", ")
-                            ),
-                        ))
-                    }
-                }
-            }
-            rule.options = opts.join(",");
-            rules.push(rule);
-        }
+        let rules = text
+            .lines()
+            .enumerate()
+            .map(|(i, line)| (i + 1, line.trim()))
+            .filter(|(_, t)| !t.is_empty() && !t.starts_with('#'))
+            .map(|(ln, t)| Rule::parse(ln, t))
+            .collect::<Result<_, _>>()?;
         Ok(Rules(rules))
     }
 
@@ -912,6 +956,38 @@ mod tests {
         );
         // no rules: everything allowed
         assert!(Rules::default().apply(&blocked).unwrap().is_some());
+    }
+
+    #[test]
+    fn pkey_with_or_without_0x_in_strings_and_rules() {
+        let ib = |pkey: &str| {
+            TargetSpec::parse(&format!(
+                "id_ext=1,ioc_guid=2,dgid=fe800000000000000002c90200402bd5,pkey={pkey},service_id=3"
+            ))
+        };
+        for ok in ["ffff", "0xffff", "0XFFFF", "00ffff", "7fff"] {
+            let t = ib(ok).unwrap();
+            let Transport::IbCm { pkey, .. } = t.transport else {
+                panic!("{ok}: not IB CM");
+            };
+            assert_eq!(
+                pkey,
+                u16::from_str_radix(ok.trim_start_matches("0x").trim_start_matches("0X"), 16)
+                    .unwrap(),
+                "{ok}"
+            );
+        }
+        for bad in ["10000", "0x", "fffg", "+fff", "-1"] {
+            let e = ib(bad).unwrap_err().to_string();
+            assert!(e.contains("16-bit hex P_Key"), "{bad}: {e}");
+        }
+        // srp_daemon reads a rule's pkey with strtoul(.., 16): 0x is allowed there too
+        let r = Rules::parse("d pkey=0xffff\na\n").unwrap();
+        assert_eq!(r.0[0].pkey, Some(0xffff));
+        assert_eq!(r.apply(&ib("ffff").unwrap()).unwrap(), None);
+        assert!(r.apply(&ib("7fff").unwrap()).unwrap().is_some());
+        let e = Rules::parse("a\nd pkey=12345\n").unwrap_err();
+        assert_eq!((e.line, e.token.as_str()), (2, "pkey=12345"));
     }
 
     #[test]
