@@ -635,19 +635,29 @@ fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, D
         session.lun.fua,
         session.lun.read_only
     );
-    let state = DeviceState {
+    let state = session_state(target, &session);
+    if a.recover {
+        same_lun_as_before(a, target, &state)?;
+    }
+    Ok((UblkSource::Srp(Box::new(session)), state))
+}
+
+/// The state file's view of a device served by `session`, before it goes live.
+fn session_state(target: &TargetSpec, session: &Session) -> DeviceState {
+    let lun = &session.lun;
+    DeviceState {
         target: target.to_string(),
-        lun: session.lun.lun,
-        size: session.lun.size(),
-        block_size: session.lun.capacity.block_len,
-        read_only: session.lun.read_only,
+        lun: lun.lun,
+        size: lun.size(),
+        block_size: lun.capacity.block_len,
+        read_only: lun.read_only,
         depth: session.depth,
-        vendor: session.lun.inquiry.vendor.clone(),
-        product: session.lun.inquiry.product.clone(),
-        serial: session.lun.serial.clone(),
-        wwid: session.lun.wwid.clone(),
+        vendor: lun.inquiry.vendor.clone(),
+        product: lun.inquiry.product.clone(),
+        serial: lun.serial.clone(),
+        wwid: lun.wwid.clone(),
         rdma_device: session.rdma_device.clone(),
-        geometry: Some(session.lun.geometry()),
+        geometry: Some(lun.geometry()),
         max_io: session.ublk_max_io(),
         queues: session
             .channels
@@ -662,22 +672,24 @@ fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, D
             })
             .collect(),
         ..Default::default()
-    };
-    if a.recover {
-        // the device's I/O must not move to another disk because the target's LUN mapping changed
-        let id = u32::try_from(a.id).context("--recover needs the device id: -n N")?;
-        if let Ok(old) = DeviceState::read(&DeviceState::path(id)) {
-            old.same_lun(&state).with_context(|| {
-                format!(
-                    "/dev/ublkb{id} not taken over: LUN {} of {target} is not the LUN it served; \
-                     it stays quiesced with its I/O held. Map the LUN back on the target and run \
-                     `srp-ublk recover -n {id}`, or give the device up with `srp-ublk del -n {id}`",
-                    state.lun
-                )
-            })?;
-        }
     }
-    Ok((UblkSource::Srp(Box::new(session)), state))
+}
+
+/// A recovery serves the LUN the device served before: its I/O must not move to another disk
+/// because the target's LUN mapping changed.
+fn same_lun_as_before(a: &AddArgs, target: &TargetSpec, state: &DeviceState) -> anyhow::Result<()> {
+    let id = u32::try_from(a.id).context("--recover needs the device id: -n N")?;
+    if let Ok(old) = DeviceState::read(&DeviceState::path(id)) {
+        old.same_lun(state).with_context(|| {
+            format!(
+                "/dev/ublkb{id} not taken over: LUN {} of {target} is not the LUN it served; \
+                 it stays quiesced with its I/O held. Map the LUN back on the target and run \
+                 `srp-ublk recover -n {id}`, or give the device up with `srp-ublk del -n {id}`",
+                state.lun
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Whether a live srp-ublk device (another LUN of the target, say) has channels in the nexus a

@@ -362,6 +362,23 @@ fn channel_config(ep: &Endpoint, depth: u16, lun: u64, req_it_iu_len: u32) -> Ch
     }
 }
 
+/// The depth and channel count to ask for: `opts`' (the online CPUs when it names no count), capped
+/// by the target string's queue_size and ch_count as ib_srp caps them.
+fn wanted(target: &TargetSpec, opts: &SessionOptions) -> (u16, u16) {
+    let depth = opts.depth.clamp(1, 4096).min(
+        target
+            .opts
+            .queue_size
+            .map_or(4096, |q| q.clamp(1, 4096) as u16),
+    );
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u16;
+    let ch_count = target
+        .opts
+        .ch_count
+        .map_or(u16::MAX, |c| c.min(u32::from(u16::MAX)) as u16);
+    (depth, opts.channels.unwrap_or(cpus).min(ch_count).max(1))
+}
+
 impl Session {
     /// Largest I/O of a ublk device over this session (its tag buffers' size): the target
     /// string's max_sect, else [`default_max_io`] for the session's depth.
@@ -372,24 +389,7 @@ impl Session {
 
     /// Logs in every channel and interrogates the LUN.
     pub fn open(target: &TargetSpec, opts: &SessionOptions) -> Result<Session, SessionError> {
-        let want_depth = opts.depth.clamp(1, 4096).min(
-            target
-                .opts
-                .queue_size
-                .map_or(4096, |q| q.clamp(1, 4096) as u16),
-        );
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u16;
-        let want_ch = opts
-            .channels
-            .unwrap_or(cpus)
-            .min(
-                target
-                    .opts
-                    .ch_count
-                    .map_or(u16::MAX, |c| c.min(u32::from(u16::MAX)) as u16),
-            )
-            .max(1);
-
+        let (want_depth, want_ch) = wanted(target, opts);
         let first = if opts.share_nexus {
             MultiChannelAction::Multi
         } else {
