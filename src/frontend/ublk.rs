@@ -108,8 +108,8 @@ pub enum PollMode {
     /// With a core to spare for spinning (at least queues + 2 online CPUs: one for the
     /// application, one for the fabric) a queue spins whenever commands are out; with fewer, only
     /// while one command is out: at low depth the machine waits for that command anyway and the
-    /// spin saves the wake-up, at high depth spinning takes the cycles the completions need
-    /// (measured in the lab: `just bench`, docs/performance.md).
+    /// spin saves the wake-up, at high depth spinning takes the cycles the completions need; with
+    /// one CPU never, as `interrupt` (measured in the lab: `just bench`, docs/performance.md).
     Adaptive,
     /// Always arm the CQ and sleep until its completion channel fires.
     Interrupt,
@@ -506,6 +506,20 @@ pub(super) struct Waiting {
 }
 
 impl Waiting {
+    /// `adaptive` on `cpus` online CPUs serving `queues` queues: it spins whenever commands are
+    /// out with a core to spare (queues + 2 CPUs); with fewer, only while a single command is out;
+    /// with one CPU never, since the spin would wait on the CPU that must run the answer (measured
+    /// on a one-vCPU lab guest: the same QD1 IOPS as `interrupt` at 1.6-1.8x the daemon's CPU
+    /// per I/O, docs/performance.md).
+    fn for_machine(mode: PollMode, queues: u16, cpus: usize) -> Waiting {
+        let spin_depth = match mode {
+            PollMode::Adaptive if cpus <= 1 => 0,
+            PollMode::Adaptive if cpus < usize::from(queues) + 2 => 1,
+            _ => u16::MAX,
+        };
+        Waiting { mode, spin_depth }
+    }
+
     /// Empty polls before an adaptive queue sleeps.
     const ADAPTIVE_SPINS: u32 = 2000;
     /// Empty polls between two yields of a spinning queue.
@@ -529,25 +543,23 @@ impl Waiting {
     }
 }
 
-/// `adaptive` spins whenever commands are out only with a core to spare; without one, only while
-/// a single command is out (see [`PollMode::Adaptive`]).
+/// How `adaptive` waits on this machine (see [`Waiting::for_machine`]).
 fn waiting(mode: PollMode, queues: u16) -> Waiting {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if mode == PollMode::Adaptive && cpus < usize::from(queues) + 2 {
+    let w = Waiting::for_machine(mode, queues, cpus);
+    if mode == PollMode::Adaptive && w.spin_depth == 0 {
+        tracing::info!(
+            "adaptive polling: one CPU; queues wait for interrupts (a spin would hold the CPU the \
+             fabric's answer and the application need)"
+        );
+    } else if mode == PollMode::Adaptive && w.spin_depth == 1 {
         tracing::info!(
             "adaptive polling: {cpus} CPUs for {queues} queue(s) leave no core to spare; a queue \
              spins only while a single command is out, and otherwise waits for interrupts \
              (--poll busy always spins, --poll interrupt never does)"
         );
-        return Waiting {
-            mode,
-            spin_depth: 1,
-        };
     }
-    Waiting {
-        mode,
-        spin_depth: u16::MAX,
-    }
+    w
 }
 
 /// The device flag an SRP device's queues take their data buffers from: with NEED_GET_DATA each
@@ -713,5 +725,28 @@ mod tests {
         let yields: Vec<u32> = (0..200).filter(|&n| Waiting::yields(n)).collect();
         assert_eq!(yields, [63, 127, 191], "one yield in every 64 empty polls");
         assert!(!w(PollMode::Interrupt, u16::MAX).spins(1, 0));
+    }
+
+    #[test]
+    fn how_adaptive_waits_follows_the_cpus() {
+        let depth =
+            |queues, cpus| Waiting::for_machine(PollMode::Adaptive, queues, cpus).spin_depth;
+        assert_eq!(depth(1, 1), 0, "one CPU: never spin");
+        assert!(!Waiting::for_machine(PollMode::Adaptive, 1, 1).spins(1, 0));
+        assert_eq!(depth(2, 2), 1, "no core to spare: spin for a lone command");
+        assert_eq!(depth(1, 2), 1);
+        assert_eq!(
+            depth(2, 4),
+            u16::MAX,
+            "a core to spare: spin whenever commands are out"
+        );
+        assert_eq!(depth(1, 3), u16::MAX);
+        for mode in [PollMode::Busy, PollMode::Interrupt] {
+            assert_eq!(Waiting::for_machine(mode, 1, 1).mode, mode);
+        }
+        assert!(
+            Waiting::for_machine(PollMode::Busy, 1, 1).spins(1, 0),
+            "busy spins even on one CPU"
+        );
     }
 }
