@@ -395,14 +395,41 @@ impl TargetOptions {
     }
 }
 
+/// The keys that name a target port, as ib_srp and srp_daemon spell them: in an add_target
+/// string they say whom to log in to, in a rules file which targets a rule selects.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TargetKeys {
+    /// id_ext.
+    pub id_ext: Option<u64>,
+    /// ioc_guid.
+    pub ioc_guid: Option<u64>,
+    /// dgid.
+    pub dgid: Option<[u8; 16]>,
+    /// pkey.
+    pub pkey: Option<u16>,
+    /// service_id.
+    pub service_id: Option<u64>,
+}
+
+impl TargetKeys {
+    /// Takes one `key=value` token if `key` is one of these; false if it is not.
+    fn take(&mut self, tok: &str, key: &str, v: &str) -> Result<bool, TargetError> {
+        match key {
+            "id_ext" => self.id_ext = Some(parse_hex_u64(tok, v)?),
+            "ioc_guid" => self.ioc_guid = Some(parse_hex_u64(tok, v)?),
+            "dgid" => self.dgid = Some(parse_dgid(tok, v)?),
+            "pkey" => self.pkey = Some(parse_pkey(tok, v)?),
+            "service_id" => self.service_id = Some(parse_hex_u64(tok, v)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 /// An add_target string's keys as given, before the mandatory ones are checked.
 #[derive(Default)]
 struct Keys {
-    id_ext: Option<u64>,
-    ioc_guid: Option<u64>,
-    dgid: Option<[u8; 16]>,
-    pkey: Option<u16>,
-    service_id: Option<u64>,
+    ids: TargetKeys,
     dest: Option<(SocketAddr, Option<IfName>)>,
     src: Option<IpAddr>,
     lun: Option<u64>,
@@ -413,11 +440,7 @@ impl Keys {
     /// Takes one `key=value` token; a later value replaces an earlier one, as in ib_srp.
     fn apply(&mut self, tok: &str, key: &str, v: &str) -> Result<(), TargetError> {
         match key {
-            "id_ext" => self.id_ext = Some(parse_hex_u64(tok, v)?),
-            "ioc_guid" => self.ioc_guid = Some(parse_hex_u64(tok, v)?),
-            "dgid" => self.dgid = Some(parse_dgid(tok, v)?),
-            "pkey" => self.pkey = Some(parse_pkey(tok, v)?),
-            "service_id" => self.service_id = Some(parse_hex_u64(tok, v)?),
+            _ if self.ids.take(tok, key, v)? => {}
             "dest" => self.dest = Some(parse_dest(tok, v)?),
             "src" => self.src = Some(parse_src(tok, v)?),
             "lun" => {
@@ -438,10 +461,11 @@ impl Keys {
     /// The target, once the identity and one way to reach it are there; `s` is the whole string
     /// (for the error).
     fn into_spec(self, s: &str) -> Result<TargetSpec, TargetError> {
-        let (Some(id_ext), Some(ioc_guid)) = (self.id_ext, self.ioc_guid) else {
+        let ids = self.ids;
+        let (Some(id_ext), Some(ioc_guid)) = (ids.id_ext, ids.ioc_guid) else {
             return Err(err(s, "id_ext and ioc_guid are mandatory"));
         };
-        let transport = match (self.dest, self.dgid, self.pkey, self.service_id) {
+        let transport = match (self.dest, ids.dgid, ids.pkey, ids.service_id) {
             (Some((dest, dest_if)), ..) => Transport::RdmaCm {
                 dest,
                 src: self.src,
@@ -623,16 +647,8 @@ pub struct Rule {
     pub line: usize,
     /// `a` (allow) or `d` (disallow).
     pub allow: bool,
-    /// Conditions (all must match).
-    pub id_ext: Option<u64>,
-    /// ioc_guid condition.
-    pub ioc_guid: Option<u64>,
-    /// dgid condition.
-    pub dgid: Option<[u8; 16]>,
-    /// service_id condition.
-    pub service_id: Option<u64>,
-    /// pkey condition.
-    pub pkey: Option<u16>,
+    /// Conditions: every key given must match the target's.
+    pub when: TargetKeys,
     /// Options appended to matching targets (allow rules only), as `key=value,...`.
     pub options: String,
 }
@@ -648,11 +664,12 @@ impl Rule {
             } => (Some(dgid), Some(pkey), Some(service_id)),
             Transport::RdmaCm { .. } => (None, None, None),
         };
-        self.id_ext.is_none_or(|v| v == t.id_ext)
-            && self.ioc_guid.is_none_or(|v| v == t.ioc_guid)
-            && self.dgid.is_none_or(|v| Some(v) == dgid)
-            && self.service_id.is_none_or(|v| Some(v) == service_id)
-            && self.pkey.is_none_or(|v| Some(v) == pkey)
+        let w = &self.when;
+        w.id_ext.is_none_or(|v| v == t.id_ext)
+            && w.ioc_guid.is_none_or(|v| v == t.ioc_guid)
+            && w.dgid.is_none_or(|v| Some(v) == dgid)
+            && w.service_id.is_none_or(|v| Some(v) == service_id)
+            && w.pkey.is_none_or(|v| Some(v) == pkey)
     }
 
     /// One rule from its line `t` (trimmed, not a comment), line number `line`.
@@ -699,11 +716,7 @@ impl Rule {
         opts: &mut Vec<String>,
     ) -> Result<(), TargetError> {
         match k {
-            "id_ext" => self.id_ext = Some(parse_hex_u64(tok, v)?),
-            "ioc_guid" => self.ioc_guid = Some(parse_hex_u64(tok, v)?),
-            "dgid" => self.dgid = Some(parse_dgid(tok, v)?),
-            "service_id" => self.service_id = Some(parse_hex_u64(tok, v)?),
-            "pkey" => self.pkey = Some(parse_pkey(tok, v)?),
+            _ if self.when.take(tok, k, v)? => {}
             k if RULE_OPTIONS.contains(&k) => {
                 if !self.allow {
                     return Err(err(tok, "options belong to allow ('a') rules"));
@@ -983,7 +996,7 @@ mod tests {
         }
         // srp_daemon reads a rule's pkey with strtoul(.., 16): 0x is allowed there too
         let r = Rules::parse("d pkey=0xffff\na\n").unwrap();
-        assert_eq!(r.0[0].pkey, Some(0xffff));
+        assert_eq!(r.0[0].when.pkey, Some(0xffff));
         assert_eq!(r.apply(&ib("ffff").unwrap()).unwrap(), None);
         assert!(r.apply(&ib("7fff").unwrap()).unwrap().is_some());
         let e = Rules::parse("a\nd pkey=12345\n").unwrap_err();
