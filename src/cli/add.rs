@@ -43,6 +43,11 @@ pub struct AddArgs {
     /// or mem:SIZE (RAM), to measure the ublk front end alone.
     #[arg(long)]
     pub backend: Option<String>,
+    /// With --backend: serve it with ublk's batch I/O commands (UBLK_F_BATCH_IO: not in 6.12's
+    /// ublk; `srp-ublk features` says whether this kernel has them), to measure what they save in
+    /// the front end.
+    #[arg(long, requires = "backend")]
+    pub ublk_batch: bool,
     /// Session options.
     #[command(flatten)]
     pub session: super::SessionArgs,
@@ -729,6 +734,7 @@ fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {
             disk,
             queues,
             depth,
+            batch: a.ublk_batch,
         },
         state,
     ))

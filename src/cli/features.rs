@@ -33,14 +33,23 @@ pub fn run() -> anyhow::Result<()> {
 fn ublk() {
     if Path::new("/dev/ublk-control").exists() {
         match libublk::ctrl::UblkCtrl::get_features() {
-            Some(f) => println!(
-                "ublk: /dev/ublk-control present, driver features {f:#x} (live resize: {})",
-                if f & u64::from(libublk::sys::UBLK_F_UPDATE_SIZE) != 0 {
-                    "yes"
-                } else {
-                    "no, UPDATE_SIZE needs Linux 6.16"
-                }
-            ),
+            Some(f) => {
+                let has = |flag: u32| f & u64::from(flag) != 0;
+                println!(
+                    "ublk: /dev/ublk-control present, driver features {f:#x} (live resize: {}; \
+                     batch I/O commands: {})",
+                    if has(libublk::sys::UBLK_F_UPDATE_SIZE) {
+                        "yes"
+                    } else {
+                        "no, UPDATE_SIZE needs Linux 6.16"
+                    },
+                    if has(libublk::sys::UBLK_F_BATCH_IO) {
+                        "yes"
+                    } else {
+                        "no"
+                    }
+                )
+            }
             None => println!("ublk: /dev/ublk-control present, driver features unknown"),
         }
     } else {

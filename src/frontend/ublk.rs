@@ -308,6 +308,8 @@ pub enum UblkSource {
         queues: u16,
         /// Depth.
         depth: u16,
+        /// Serve it with ublk's batch I/O commands (UBLK_F_BATCH_IO).
+        batch: bool,
     },
 }
 
@@ -374,7 +376,16 @@ pub fn serve(
             disk,
             queues,
             depth,
-        } => return serve_demo(size, disk, queues, depth, opts, status, on_live),
+            batch,
+        } => {
+            let shape = demo::DemoShape {
+                size,
+                queues,
+                depth,
+                batch,
+            };
+            return serve_demo(shape, disk, opts, status, on_live);
+        }
     };
     let nr_queues = channels.len() as u16;
     let size = geo.blocks << geo.block_shift;

@@ -26,6 +26,8 @@
 #   KPKG          kernel package to use instead of the newest 6.12 from bookworm-backports
 #   LAB_KERNEL    6.12 (default) or new: the newest 6.18 (LTS) from trixie-backports, whose ublk can
 #                 resize a live device (UPDATE_SIZE); `test` also boots it for $NEW_KERNEL_TESTS
+#   LAB_NEW_KSERIES  the series LAB_KERNEL=new takes from trixie-backports (default 6.18; e.g. 7.3,
+#                 whose ublk has batch I/O commands, UBLK_F_BATCH_IO)
 #   LAB_ONLY      with 'test': run only the suite tests whose name contains this
 #   SRP_UBLK_BIN  srp-ublk binary to put in the guest (default target/release/srp-ublk, which must be
 #                 newer than the sources: lab.sh does not build, `just lab-test` does)
@@ -53,7 +55,7 @@ SRP_UBLK_BIN=${SRP_UBLK_BIN:-$ROOT_DIR/target/release/srp-ublk}
 HOSTILE_BIN=${HOSTILE_BIN:-$(dirname "$SRP_UBLK_BIN")/examples/hostile_target}
 KSERIES=6.12
 LAB_KERNEL=${LAB_KERNEL:-6.12}
-NEW_KSERIES=6.18
+NEW_KSERIES=${LAB_NEW_KSERIES:-6.18}
 NEW_KERNEL_INDEX=http://deb.debian.org/debian/dists/trixie-backports/main/binary-amd64/Packages.xz
 # suite tests with more to show on the new kernel (test 36: a live resize); `test` runs them there too
 NEW_KERNEL_TESTS=36-capacity-change
@@ -120,6 +122,14 @@ pick_new_kernel() {   # LAB_KERNEL=new: KPKG and NEW_KURL, the newest $NEW_KSERI
         sort -V | tail -1) || die "could not read $NEW_KERNEL_INDEX (network to deb.debian.org?)"
     [ -n "$line" ] || die "no linux-image-$NEW_KSERIES.*+deb13-amd64 in trixie-backports"
     KPKG=${line%% *}; NEW_KURL=http://deb.debian.org/debian/${line#* }
+    # from 6.19 on linux-image-* is a package of dependencies: the kernel is in linux-binary-*,
+    # its modules in linux-modules-*
+    local ver=${KPKG#linux-image-}
+    NEW_KURLS=$(curl -fsSL -m 120 "$NEW_KERNEL_INDEX" | xz -d | awk -v v="$ver" '
+        /^Package: /{p=$2; f=""} /^Filename: /{f=$2}
+        /^$/{ if ((p == "linux-binary-" v || p == "linux-modules-" v) && f != "")
+                  print "http://deb.debian.org/debian/" f; p="" }') ||
+        die "could not read $NEW_KERNEL_INDEX (network to deb.debian.org?)"
 }
 
 pick_kernel() {
@@ -138,10 +148,14 @@ kernel() {
     pick_kernel
     mkdir -p "$LAB/debs" "$LAB/kernels"
     if ! ls "$LAB/debs/${KPKG}"_*.deb >/dev/null 2>&1 && [ -n "${NEW_KURL:-}" ]; then
-        log "downloading $KPKG (${NEW_KURL##*/})"
-        curl -fsSL -m 900 -o "$LAB/debs/${NEW_KURL##*/}.tmp" "$NEW_KURL" >"$LAB/download.log" 2>&1 ||
-            die "could not download $NEW_KURL: see $LAB/download.log"
-        mv "$LAB/debs/${NEW_KURL##*/}.tmp" "$LAB/debs/${NEW_KURL##*/}"
+        local url
+        # the parts first: a cached linux-image-* says they are all there
+        for url in ${NEW_KURLS:-} "$NEW_KURL"; do
+            log "downloading ${url##*/}"
+            curl -fsSL -m 900 -o "$LAB/debs/${url##*/}.tmp" "$url" >"$LAB/download.log" 2>&1 ||
+                die "could not download $url: see $LAB/download.log"
+            mv "$LAB/debs/${url##*/}.tmp" "$LAB/debs/${url##*/}"
+        done
     fi
     if ! ls "$LAB/debs/${KPKG}"_*.deb >/dev/null 2>&1; then
         apt_private
@@ -153,7 +167,11 @@ kernel() {
     if [ ! -d "$KDIR/lib/modules" ]; then
         log "unpacking $KPKG"
         rm -rf "$KDIR.tmp"; mkdir -p "$KDIR.tmp"
-        dpkg-deb -x "$LAB/debs/${KPKG}"_*.deb "$KDIR.tmp"
+        local deb ver=${KPKG#linux-image-}
+        for deb in "$LAB/debs/${KPKG}"_*.deb "$LAB/debs/linux-binary-${ver}"_*.deb \
+                   "$LAB/debs/linux-modules-${ver}"_*.deb; do
+            [ ! -e "$deb" ] || dpkg-deb -x "$deb" "$KDIR.tmp"
+        done
         # trixie's packages are merged-/usr: modules under usr/lib/modules
         [ -d "$KDIR.tmp/lib/modules" ] || ln -s usr/lib "$KDIR.tmp/lib"
         depmod -b "$KDIR.tmp" "$(ls "$KDIR.tmp/lib/modules")"
