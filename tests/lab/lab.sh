@@ -123,11 +123,11 @@ pick_new_kernel() {   # LAB_KERNEL=new: KPKG and NEW_KURL, the newest $NEW_KSERI
     [ -n "$line" ] || die "no linux-image-$NEW_KSERIES.*+deb13-amd64 in trixie-backports"
     KPKG=${line%% *}; NEW_KURL=http://deb.debian.org/debian/${line#* }
     # from 6.19 on linux-image-* is a package of dependencies: the kernel is in linux-binary-*,
-    # its modules in linux-modules-*
+    # its modules in linux-modules-*, modules.order and modules.builtin in linux-base-*
     local ver=${KPKG#linux-image-}
     NEW_KURLS=$(curl -fsSL -m 120 "$NEW_KERNEL_INDEX" | xz -d | awk -v v="$ver" '
         /^Package: /{p=$2; f=""} /^Filename: /{f=$2}
-        /^$/{ if ((p == "linux-binary-" v || p == "linux-modules-" v) && f != "")
+        /^$/{ if ((p == "linux-binary-" v || p == "linux-modules-" v || p == "linux-base-" v) && f != "")
                   print "http://deb.debian.org/debian/" f; p="" }') ||
         die "could not read $NEW_KERNEL_INDEX (network to deb.debian.org?)"
 }
@@ -169,12 +169,19 @@ kernel() {
         rm -rf "$KDIR.tmp"; mkdir -p "$KDIR.tmp"
         local deb ver=${KPKG#linux-image-}
         for deb in "$LAB/debs/${KPKG}"_*.deb "$LAB/debs/linux-binary-${ver}"_*.deb \
-                   "$LAB/debs/linux-modules-${ver}"_*.deb; do
+                   "$LAB/debs/linux-modules-${ver}"_*.deb "$LAB/debs/linux-base-${ver}"_*.deb; do
             [ ! -e "$deb" ] || dpkg-deb -x "$deb" "$KDIR.tmp"
         done
         # trixie's packages are merged-/usr: modules under usr/lib/modules
         [ -d "$KDIR.tmp/lib/modules" ] || ln -s usr/lib "$KDIR.tmp/lib"
-        depmod -b "$KDIR.tmp" "$(ls "$KDIR.tmp/lib/modules")"
+        local kv
+        kv=$(ls "$KDIR.tmp/lib/modules")
+        # the split packages put the kernel beside its modules, not in /boot
+        if [ ! -e "$KDIR.tmp/boot/vmlinuz-$kv" ] && [ -e "$KDIR.tmp/lib/modules/$kv/vmlinuz" ]; then
+            mkdir -p "$KDIR.tmp/boot"
+            cp "$KDIR.tmp/lib/modules/$kv/vmlinuz" "$KDIR.tmp/boot/vmlinuz-$kv"
+        fi
+        depmod -b "$KDIR.tmp" "$kv"
         rm -rf "$KDIR"; mv "$KDIR.tmp" "$KDIR"
     fi
     KV=$(ls "$KDIR/lib/modules")
