@@ -180,6 +180,17 @@ pub enum Agent {
     Dm,
 }
 
+impl UmadError {
+    /// System call `op` on the umad device at `path` failed with `source`.
+    fn os(path: &str, op: &'static str, source: std::io::Error) -> Self {
+        UmadError::Os {
+            op,
+            path: path.to_string(),
+            source,
+        }
+    }
+}
+
 fn sysfs(p: &Path) -> Option<String> {
     std::fs::read_to_string(p)
         .ok()
@@ -278,11 +289,7 @@ impl Umad {
     pub fn open(want: Option<&str>) -> Result<Umad, UmadError> {
         let (path, local) = find_port(want)?;
         let p = path.display().to_string();
-        let os = |op, source| UmadError::Os {
-            op,
-            path: p.clone(),
-            source,
-        };
+        let os = |op, source| UmadError::os(&p, op, source);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -357,12 +364,9 @@ impl Umad {
         let mut out = Vec::with_capacity(64 + MAD_SIZE);
         out.extend_from_slice(hdr.as_bytes());
         out.extend_from_slice(mad);
-        let os = |op, source| UmadError::Os {
-            op,
-            path: self.path.clone(),
-            source,
-        };
-        self.file.write_all(&out).map_err(|e| os("write", e))?;
+        self.file
+            .write_all(&out)
+            .map_err(|e| UmadError::os(&self.path, "write", e))?;
         self.answer(id, tid, lid, what)
     }
 
@@ -389,11 +393,10 @@ impl Umad {
             if left.is_zero() || !readable(&self.file, left) {
                 return Err(timed_out());
             }
-            let n = self.file.read(&mut buf).map_err(|source| UmadError::Os {
-                op: "read",
-                path: self.path.clone(),
-                source,
-            })?;
+            let n = self
+                .file
+                .read(&mut buf)
+                .map_err(|e| UmadError::os(&self.path, "read", e))?;
             let Ok((h, _)) = UserMadHdr::read_from_prefix(&buf[..n]) else {
                 continue;
             };

@@ -114,22 +114,22 @@ pick_new_kernel() {   # LAB_KERNEL=new: KPKG and NEW_KURL, the newest $NEW_KSERI
     cached=$( (ls "$LAB/debs" 2>/dev/null || true) | sed -n "s/^\(linux-image-$NEW_KSERIES[^_]*+deb13-amd64\)_.*\.deb$/\1/p" | sort -V | tail -1)
     if [ -n "$cached" ] && [ -z "${LAB_REFRESH:-}" ]; then KPKG=$cached; return; fi
     log "looking up the newest linux-image-$NEW_KSERIES in trixie-backports"
-    local line
-    # the newest whole image package (from 6.19 on Debian splits it into binary and modules packages)
-    line=$(curl -fsSL -m 120 "$NEW_KERNEL_INDEX" | xz -d | awk -v s="$NEW_KSERIES" '
-        /^Package: /{p=$2; f=""} /^Filename: /{f=$2}
-        /^$/{ if (p ~ "^linux-image-" s "\\.[0-9]+\\+deb13-amd64$" && f != "") print p, f; p="" }' |
-        sort -V | tail -1) || die "could not read $NEW_KERNEL_INDEX (network to deb.debian.org?)"
+    local pkgs line
+    # the index once, as "PACKAGE FILENAME" lines
+    pkgs=$(curl -fsSL -m 120 "$NEW_KERNEL_INDEX" | xz -d | awk '
+        /^Package: /{p=$2; f=""} /^Filename: /{f=$2} /^$/{ if (p != "" && f != "") print p, f; p="" }') ||
+        die "could not read $NEW_KERNEL_INDEX (network to deb.debian.org?)"
+    # the newest image package of the series
+    line=$(printf '%s\n' "$pkgs" | awk -v s="$NEW_KSERIES" '$1 ~ "^linux-image-" s "\\.[0-9]+\\+deb13-amd64$"' |
+        sort -V | tail -1)
     [ -n "$line" ] || die "no linux-image-$NEW_KSERIES.*+deb13-amd64 in trixie-backports"
     KPKG=${line%% *}; NEW_KURL=http://deb.debian.org/debian/${line#* }
     # from 6.19 on linux-image-* is a package of dependencies: the kernel is in linux-binary-*,
     # its modules in linux-modules-*, modules.order and modules.builtin in linux-base-*
     local ver=${KPKG#linux-image-}
-    NEW_KURLS=$(curl -fsSL -m 120 "$NEW_KERNEL_INDEX" | xz -d | awk -v v="$ver" '
-        /^Package: /{p=$2; f=""} /^Filename: /{f=$2}
-        /^$/{ if ((p == "linux-binary-" v || p == "linux-modules-" v || p == "linux-base-" v) && f != "")
-                  print "http://deb.debian.org/debian/" f; p="" }') ||
-        die "could not read $NEW_KERNEL_INDEX (network to deb.debian.org?)"
+    NEW_KURLS=$(printf '%s\n' "$pkgs" | awk -v v="$ver" '
+        $1 == "linux-binary-" v || $1 == "linux-modules-" v || $1 == "linux-base-" v {
+            print "http://deb.debian.org/debian/" $2 }')
 }
 
 pick_kernel() {

@@ -132,12 +132,11 @@ fn run_demo_queue(
     disk: Option<&MemDisk>,
     size: u64,
 ) -> Result<(), QueueError> {
-    let ublk = |what: &'static str| move |source| QueueError::Ublk { what, source };
-    let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
+    let q = UblkQueue::new(qid, dev).map_err(QueueError::ublk("creating the queue"))?;
     let mut bufs = dev.alloc_queue_io_bufs();
     let q = q
         .submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs)))
-        .map_err(ublk("submitting FETCH commands"))?;
+        .map_err(QueueError::ublk("submitting FETCH commands"))?;
     loop {
         let r = q.flush_and_wake_io_tasks(
             |data, cqe, _last| {
@@ -169,11 +168,10 @@ fn run_demo_queue_batch(
     disk: Option<&MemDisk>,
     size: u64,
 ) -> Result<(), QueueError> {
-    let ublk = |what: &'static str| move |source| QueueError::Ublk { what, source };
-    let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
+    let q = UblkQueue::new(qid, dev).map_err(QueueError::ublk("creating the queue"))?;
     let bufs = UblkBatchBuffers::IoBufs(dev.alloc_queue_io_bufs());
     let mut batch = UblkBatchQueue::new(&q, bufs, UblkBatchConfig::new())
-        .map_err(ublk("setting up batch I/O"))?;
+        .map_err(QueueError::ublk("setting up batch I/O"))?;
     let mut done: Vec<UblkBatchCompletion> = Vec::new();
     loop {
         let mut failed = None;
@@ -194,19 +192,22 @@ fn run_demo_queue_batch(
             1,
         );
         if let Some(e) = failed {
-            return Err(ublk("handling a batch")(e));
+            return Err(QueueError::Ublk {
+                what: "handling a batch",
+                source: e,
+            });
         }
         // all commit slots busy: keep the results for the next pass
         if !done.is_empty()
             && batch
                 .try_submit_completions(&done)
-                .map_err(ublk("committing a batch"))?
+                .map_err(QueueError::ublk("committing a batch"))?
         {
             done.clear();
         }
         let stopped = batch
             .try_begin_shutdown()
-            .map_err(ublk("stopping the batch queue"))?;
+            .map_err(QueueError::ublk("stopping the batch queue"))?;
         // the queue is down (the device is being deleted) or every fetch buffer is back
         if r.is_err() || (stopped && batch.is_shutdown_complete()) {
             return Ok(());

@@ -57,6 +57,13 @@ pub(super) enum QueueError {
     Path(#[from] PathError),
 }
 
+impl QueueError {
+    /// The `map_err` of a libublk call: `what` the queue was doing when libublk refused.
+    pub(super) fn ublk(what: &'static str) -> impl FnOnce(libublk::UblkError) -> QueueError {
+        move |source| QueueError::Ublk { what, source }
+    }
+}
+
 /// What each tag's command is, and the queue's counters (kept here, published by
 /// [`QueueStatus::publish`]).
 struct Pending {
@@ -111,9 +118,8 @@ pub(super) fn run_queue(
     status: &QueueStatus,
     shared: &Arc<SessionLink>,
 ) -> Result<(), QueueError> {
-    let ublk = |what: &'static str| move |source| QueueError::Ublk { what, source };
-    init_ring(dev).map_err(ublk("setting up the queue's io_uring"))?;
-    let q = UblkQueue::new(qid, dev).map_err(ublk("creating the queue"))?;
+    init_ring(dev).map_err(QueueError::ublk("setting up the queue's io_uring"))?;
+    let q = UblkQueue::new(qid, dev).map_err(QueueError::ublk("creating the queue"))?;
     let depth = q.get_depth() as u16;
     let flags = dev.dev_info.flags;
     let pool = flags & u64::from(sys::UBLK_F_NEED_GET_DATA) != 0;
@@ -141,7 +147,7 @@ pub(super) fn run_queue(
     };
     let q = q
         .submit_fetch_commands_unified(BufDescList::Slices(Some(path.bufs().fetch_bufs())))
-        .map_err(ublk("submitting FETCH commands"))?;
+        .map_err(QueueError::ublk("submitting FETCH commands"))?;
     let get_data_op = pool.then(|| {
         if flags & u64::from(sys::UBLK_F_CMD_IOCTL_ENCODE) != 0 {
             sys::UBLK_U_IO_NEED_GET_DATA
