@@ -191,6 +191,8 @@ fn fio_nbd_engine_with_verify() {
         "--size=32m",
         "--verify=crc32c",
         "--verify_fatal=1",
+        // no verify state file left in the working directory
+        "--verify_state_save=0",
         "--eta=never",
     ]);
     let out = run(c);

@@ -120,24 +120,14 @@ pub fn to_scsi(
     buf: DataBuf,
     scratch: &mut [u8],
 ) -> Result<ScsiCmd, i32> {
+    let flush = || ScsiCmd {
+        cdb: Cdb::sync_cache16(0, 0),
+        data: DataDir::None,
+    };
     if let BlockOp::Flush = op {
-        return Ok(ScsiCmd {
-            cdb: Cdb::sync_cache16(0, 0),
-            data: DataDir::None,
-        });
+        return Ok(flush());
     }
-    let bs_mask = (1u64 << geo.block_shift) - 1;
-    if offset & bs_mask != 0 || u64::from(len) & bs_mask != 0 || len == 0 {
-        return Err(errno::EINVAL);
-    }
-    let lba = offset >> geo.block_shift;
-    let blocks = len >> geo.block_shift;
-    if lba
-        .checked_add(u64::from(blocks))
-        .is_none_or(|end| end > geo.blocks)
-    {
-        return Err(errno::EIO);
-    }
+    let (lba, blocks) = geo.extent(offset, len)?;
     match op {
         BlockOp::Read | BlockOp::Write { .. } if len > buf.len => Err(errno::EINVAL),
         BlockOp::Read => Ok(ScsiCmd {
@@ -183,7 +173,28 @@ pub fn to_scsi(
                 data: DataDir::In(buf.prefix(alloc)),
             })
         }
-        BlockOp::Flush => unreachable!("handled above"),
+        BlockOp::Flush => Ok(flush()),
+    }
+}
+
+impl Geometry {
+    /// The blocks `len` bytes at `offset` cover, as (LBA, count): EINVAL unless both are whole
+    /// blocks and `len` is not 0, EIO past the LUN's end.
+    #[inline]
+    fn extent(&self, offset: u64, len: u32) -> Result<(u64, u32), i32> {
+        let bs_mask = (1u64 << self.block_shift) - 1;
+        if offset & bs_mask != 0 || u64::from(len) & bs_mask != 0 || len == 0 {
+            return Err(errno::EINVAL);
+        }
+        let lba = offset >> self.block_shift;
+        let blocks = len >> self.block_shift;
+        if lba
+            .checked_add(u64::from(blocks))
+            .is_none_or(|end| end > self.blocks)
+        {
+            return Err(errno::EIO);
+        }
+        Ok((lba, blocks))
     }
 }
 

@@ -350,6 +350,27 @@ impl SrpParts {
             down_since: Some(h.down_since),
         }
     }
+
+    /// The device's size in bytes.
+    fn size(&self) -> u64 {
+        self.geo.blocks << self.geo.block_shift
+    }
+
+    /// What libublk runs on the device before its queues start: the size, a new device's
+    /// parameters, and room in each queue's ring for the loop's own operations (its PollAdds and
+    /// timer) next to the depth's ublk commands.
+    fn device_init(&self) -> impl FnOnce(&mut UblkDev) -> Result<(), libublk::UblkError> {
+        let (size, new, depth) = (self.size(), self.new, self.depth);
+        move |dev: &mut UblkDev| {
+            dev.set_default_params(size);
+            if let Some((_, p)) = new {
+                dev.tgt.params = p;
+            }
+            dev.tgt.sq_depth = depth + 8;
+            dev.tgt.cq_depth = depth + 8;
+            Ok(())
+        }
+    }
 }
 
 /// Creates `/dev/ublkbN` over the source (one SRP channel per queue) and serves it until the device is
@@ -360,14 +381,7 @@ pub fn serve(
     status: Arc<Vec<QueueStatus>>,
     on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
 ) -> Result<(), UblkFrontError> {
-    let SrpParts {
-        channels,
-        relogin,
-        depth,
-        new,
-        geo,
-        down_since,
-    } = match source {
+    let parts = match source {
         UblkSource::Srp(s) => SrpParts::new(*s),
         UblkSource::Handover(h) if opts.recover => SrpParts::handover(*h),
         UblkSource::Handover(_) => return Err(UblkFrontError::HandoverNeedsRecovery),
@@ -387,53 +401,55 @@ pub fn serve(
             return serve_demo(shape, disk, opts, status, on_live);
         }
     };
-    let nr_queues = channels.len() as u16;
-    let size = geo.blocks << geo.block_shift;
-    let channels: Vec<Option<SrpChannel>> = channels.into_iter().map(Some).collect();
-    let ctrl = match (opts.recover, &new) {
-        (false, Some((max_io, _))) => {
-            build_ctrl("srp-ublk", opts.dev_id, nr_queues, depth, *max_io, POOL)?
-        }
-        // a handover is always a recovery (refused above otherwise)
-        _ => recover_ctrl(opts.dev_id, nr_queues, depth)?,
+    serve_srp(parts, opts, status, on_live)
+}
+
+/// [`serve`] for an SRP device: a new one, or one taken over (user recovery, a handover).
+fn serve_srp(
+    parts: SrpParts,
+    opts: UblkOptions,
+    status: Arc<Vec<QueueStatus>>,
+    on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
+) -> Result<(), UblkFrontError> {
+    let nr_queues = parts.channels.len() as u16;
+    let ctrl = match (opts.recover, &parts.new) {
+        (false, Some((max_io, _))) => build_ctrl(
+            "srp-ublk",
+            opts.dev_id,
+            nr_queues,
+            parts.depth,
+            *max_io,
+            POOL,
+        )?,
+        // a handover is always a recovery (refused by `serve` otherwise)
+        _ => recover_ctrl(opts.dev_id, nr_queues, parts.depth)?,
     };
-    let tgt_init = move |dev: &mut UblkDev| {
-        dev.set_default_params(size);
-        if let Some((_, p)) = new {
-            dev.tgt.params = p;
+    let tgt_init = parts.device_init();
+    let shared = Arc::new(SessionLink::new(nr_queues, parts.geo.blocks).map_err(|e| {
+        UblkFrontError::Setup {
+            what: "creating the queues' eventfds",
+            source: e.into(),
         }
-        // room for the two PollAdds next to the depth's ublk commands
-        dev.tgt.sq_depth = depth + 8;
-        dev.tgt.cq_depth = depth + 8;
-        Ok(())
-    };
-    let cpus = opts.cpus.clone();
-    let status2 = status.clone();
-    let shared =
-        Arc::new(
-            SessionLink::new(nr_queues, geo.blocks).map_err(|e| UblkFrontError::Setup {
-                what: "creating the queues' eventfds",
-                source: e.into(),
-            })?,
-        );
-    opts.capacity.bytes.store(size, Relaxed);
+    })?);
+    opts.capacity.bytes.store(parts.size(), Relaxed);
     let stop = CapacityWatch {
         dev_id: ctrl.dev_info().dev_id,
-        relogin: relogin.clone(),
+        relogin: parts.relogin.clone(),
         shared: shared.clone(),
         queues: status.clone(),
         capacity: opts.capacity.clone(),
-        block_shift: geo.block_shift,
+        block_shift: parts.geo.block_shift,
     }
     .spawn()?;
+    let (cpus, status2) = (opts.cpus.clone(), status.clone());
     let start = Arc::new(QueueStart {
-        channels: Mutex::new(channels),
+        channels: Mutex::new(parts.channels.into_iter().map(Some).collect()),
         status,
         timers: opts.timers,
-        down_since,
+        down_since: parts.down_since,
         on_removed: opts.on_removed.clone(),
-        relogin,
-        geo,
+        relogin: parts.relogin,
+        geo: parts.geo,
         waiting: waiting(opts.poll, nr_queues),
         shared,
     });

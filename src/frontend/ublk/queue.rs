@@ -71,6 +71,21 @@ struct Pending {
     io: IoCounters,
 }
 
+impl Pending {
+    fn new(depth: u16) -> Pending {
+        let idle = TagIo {
+            len: 0,
+            rw: false,
+            kind: IoKind::Other,
+            started: Instant::now(),
+        };
+        Pending {
+            tags: vec![idle; usize::from(depth)],
+            io: IoCounters::default(),
+        }
+    }
+}
+
 /// A tag's command: its length, whether its result is a byte count, its kind and when it came.
 #[derive(Clone, Copy)]
 struct TagIo {
@@ -133,28 +148,11 @@ pub(super) fn run_queue(
     // logs in from the loop, once the ring has taken the FETCH commands
     let mut path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
     path.join(shared.clone(), qid);
-    let mut pending = Pending {
-        tags: vec![
-            TagIo {
-                len: 0,
-                rw: false,
-                kind: IoKind::Other,
-                started: Instant::now(),
-            };
-            usize::from(depth)
-        ],
-        io: IoCounters::default(),
-    };
+    let mut pending = Pending::new(depth);
     let q = q
         .submit_fetch_commands_unified(BufDescList::Slices(Some(path.bufs().fetch_bufs())))
         .map_err(QueueError::ublk("submitting FETCH commands"))?;
-    let get_data_op = pool.then(|| {
-        if flags & u64::from(sys::UBLK_F_CMD_IOCTL_ENCODE) != 0 {
-            sys::UBLK_U_IO_NEED_GET_DATA
-        } else {
-            sys::UBLK_U_IO_NEED_GET_DATA & 0xff
-        }
-    });
+    let get_data_op = pool.then(|| need_get_data_op(flags));
     let mut qu = Queue {
         qid,
         q: &q,
@@ -184,16 +182,10 @@ impl Queue<'_> {
         let (mut spins, mut loops) = (0u32, 0u32);
         self.status.publish(path, &pending.io);
         loop {
-            if !self.wake_poll {
-                let fd = self.shared.wake_fd(self.qid);
-                self.wake_poll = submit_poll(self.q, fd, OP_POLL_WAKE, 0);
-            }
             loops = loops.wrapping_add(1);
             let up = path.is_up();
             path.tick(clock_ms());
-            if let (false, Some(fd)) = (self.cm_poll, path.cm_fd()) {
-                self.cm_poll = submit_poll(self.q, fd, OP_POLL_CM, path.gen());
-            }
+            self.keep_polls(path);
             let busy = path.busy() > 0;
             if busy {
                 self.idle_since = None;
@@ -234,25 +226,42 @@ impl Queue<'_> {
             if !path.is_up() {
                 self.status.publish(path, &pending.io);
             }
-            match event {
-                Some(Event::Removed { since }) => {
-                    if let Some(OnRemoved(f)) = &self.on_removed {
-                        f(self.dev_id, since);
-                    }
-                }
-                Some(Event::Lost) => {
-                    tracing::error!("queue {}: removing the device", self.qid);
-                    // the same path as `srp-ublk del`: the daemon's signal thread stops the device
-                    let _ =
-                        nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
-                }
-                None => {}
+            if let Some(event) = event {
+                self.on_event(event);
             }
             if !path.is_up() && r.is_ok() {
                 std::thread::sleep(DOWN_TICK);
             }
             if r.is_err() {
                 return;
+            }
+        }
+    }
+
+    /// Keeps a poll out on the session's wake-up eventfd and on the login's CM channel.
+    fn keep_polls(&mut self, path: &mut Path<Relogin>) {
+        if !self.wake_poll {
+            let fd = self.shared.wake_fd(self.qid);
+            self.wake_poll = submit_poll(self.q, fd, OP_POLL_WAKE, 0);
+        }
+        if let (false, Some(fd)) = (self.cm_poll, path.cm_fd()) {
+            self.cm_poll = submit_poll(self.q, fd, OP_POLL_CM, path.gen());
+        }
+    }
+
+    /// Acts on what the path reported: its RDMA device going away (the device is handed over to a
+    /// new image of the daemon) or the path given up (the device is removed).
+    fn on_event(&self, event: Event) {
+        match event {
+            Event::Removed { since } => {
+                if let Some(OnRemoved(f)) = &self.on_removed {
+                    f(self.dev_id, since);
+                }
+            }
+            Event::Lost => {
+                tracing::error!("queue {}: removing the device", self.qid);
+                // the same path as `srp-ublk del`: the daemon's signal thread stops the device
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGTERM);
             }
         }
     }
@@ -549,6 +558,16 @@ fn need_get_data(
                 q.complete_io_cmd_unified(tag, BufDesc::Slice(&[]), Ok(UblkIORes::Result(-errno)));
             false
         }
+    }
+}
+
+/// NEED_GET_DATA's opcode as the device's queues encode their commands (as an ioctl number, or
+/// the legacy plain number).
+fn need_get_data_op(flags: u64) -> u32 {
+    if flags & u64::from(sys::UBLK_F_CMD_IOCTL_ENCODE) != 0 {
+        sys::UBLK_U_IO_NEED_GET_DATA
+    } else {
+        sys::UBLK_U_IO_NEED_GET_DATA & 0xff
     }
 }
 

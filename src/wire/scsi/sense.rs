@@ -162,22 +162,7 @@ impl Sense {
                         got: b.len(),
                     });
                 }
-                let add_len = usize::from(at(7));
-                let end = b.len().min(8 + add_len);
-                let mut information = None;
-                let mut off = 8;
-                while off + 2 <= end {
-                    let (dtype, dlen) = (b[off], usize::from(b[off + 1]));
-                    let dend = off + 2 + dlen;
-                    if dend > end {
-                        break;
-                    }
-                    // Information descriptor: type 0, length 0x0a, VALID bit, 8-byte value at +4
-                    if dtype == 0x00 && dlen >= 0x0a && b[off + 2] & 0x80 != 0 {
-                        information = Some(be64(b, off + 4));
-                    }
-                    off = dend;
-                }
+                let information = descriptor_information(b);
                 Ok(Sense {
                     key: SenseKey::from_nibble(at(1)),
                     asc: at(2),
@@ -195,6 +180,28 @@ impl Sense {
             }),
         }
     }
+}
+
+/// The VALID Information descriptor's value in descriptor-format sense data (the last one, if the
+/// target sent several); descriptors past the additional sense length or the buffer are ignored.
+fn descriptor_information(b: &[u8]) -> Option<u64> {
+    let add_len = usize::from(b.get(7).copied().unwrap_or(0));
+    let end = b.len().min(8 + add_len);
+    let mut information = None;
+    let mut off = 8;
+    while off + 2 <= end {
+        let (dtype, dlen) = (b[off], usize::from(b[off + 1]));
+        let dend = off + 2 + dlen;
+        if dend > end {
+            break;
+        }
+        // Information descriptor: type 0, length 0x0a, VALID bit, 8-byte value at +4
+        if dtype == 0x00 && dlen >= 0x0a && b[off + 2] & 0x80 != 0 {
+            information = Some(be64(b, off + 4));
+        }
+        off = dend;
+    }
+    information
 }
 
 /// Fixed-format sense data (response code 0x70, 18 bytes) for `key`/`asc`/`ascq` (for test targets).

@@ -280,8 +280,9 @@ impl<'a> SrpCmd<'a> {
         Some(total)
     }
 
-    /// Any SRP_CMD, every field checked (see [`SrpCmd::encode`]).
-    fn encode_general(&self, out: &mut [u8], imm_data_offset: usize) -> Result<usize, WireError> {
+    /// What no layout of this command can carry: a CDB out of range, immediate data-in, an
+    /// indirect descriptor whose table does not cover its inline descriptors.
+    fn check(&self) -> Result<(), WireError> {
         if self.cdb.is_empty() || self.cdb.len() > 16 + MAX_ADD_CDB {
             return Err(invalid(
                 "cdb length",
@@ -316,6 +317,12 @@ impl<'a> SrpCmd<'a> {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Any SRP_CMD, every field checked (see [`SrpCmd::encode`]).
+    fn encode_general(&self, out: &mut [u8], imm_data_offset: usize) -> Result<usize, WireError> {
+        self.check()?;
         let add = self.add_cdb_len();
         let desc_end = size::CMD + add + self.data_out.wire_len() + self.data_in.wire_len();
         let total = self.header_len(imm_data_offset);
