@@ -306,15 +306,7 @@ impl<'a> SrpCmd<'a> {
                         "<= 255",
                     ));
                 }
-                if table.len as usize % size::DIRECT_DESC != 0
-                    || (table.len as usize) < inline.len() * size::DIRECT_DESC
-                {
-                    return Err(invalid(
-                        "indirect table length",
-                        u64::from(table.len),
-                        "a multiple of 16 covering at least the inline descriptors",
-                    ));
-                }
+                check_table_len(table.len, inline.len())?;
             }
         }
         Ok(())
@@ -490,15 +482,7 @@ fn parse_desc<'a>(
                     got: iu.len(),
                 })?;
             let table = DirectBuf::from_raw(&h.table_desc);
-            if table.len as usize % size::DIRECT_DESC != 0
-                || (table.len as usize) < usize::from(count) * size::DIRECT_DESC
-            {
-                return Err(invalid(
-                    "indirect table length",
-                    u64::from(table.len),
-                    "a multiple of 16 covering at least the inline descriptors",
-                ));
-            }
+            check_table_len(table.len, usize::from(count))?;
             let inline = DescList::Wire(&iu[list_off..end]);
             Ok((
                 DataDesc::Indirect {
@@ -524,6 +508,19 @@ fn parse_desc<'a>(
             rule: "0 none, 1 direct, 2 indirect, 3 immediate (data-out only)",
         }),
     }
+}
+
+/// An indirect descriptor's table length: whole direct descriptors, at least the `inline` ones.
+fn check_table_len(len: u32, inline: usize) -> Result<(), WireError> {
+    let len_bytes = len as usize;
+    if len_bytes % size::DIRECT_DESC != 0 || len_bytes < inline * size::DIRECT_DESC {
+        return Err(invalid(
+            "indirect table length",
+            u64::from(len),
+            "a multiple of 16 covering at least the inline descriptors",
+        ));
+    }
+    Ok(())
 }
 
 fn invalid(field: &'static str, value: u64, rule: &'static str) -> WireError {
@@ -635,18 +632,24 @@ mod tests {
         assert_eq!(&buf[64..68], &2048u32.to_be_bytes());
         let p = ParsedCmd::parse(&buf[..n], 68).unwrap();
         assert_eq!(p.cmd, cmd);
-        // a table shorter than its inline part is refused both ways
-        let bad = DataDesc::Indirect {
-            table: DirectBuf { len: 16, ..table },
-            total_len: 1024,
-            inline: DescList::Native(&descs),
+        // a table shorter than its inline part, or not whole descriptors, is refused both ways
+        let table_len = |r: Result<(), WireError>| match r {
+            Err(WireError::Invalid { field, value, .. }) => Some((field, value)),
+            _ => None,
         };
-        assert!(SrpCmd::new(9, ScsiLun::default(), &READ16)
-            .data_out(bad)
-            .encode(&mut buf, 68)
-            .is_err());
-        buf[60..64].copy_from_slice(&16u32.to_be_bytes());
-        assert!(ParsedCmd::parse(&buf[..n], 68).is_err());
+        for len in [16u32, 40] {
+            let bad = DataDesc::Indirect {
+                table: DirectBuf { len, ..table },
+                total_len: 1024,
+                inline: DescList::Native(&descs),
+            };
+            let cmd = SrpCmd::new(9, ScsiLun::default(), &READ16).data_out(bad);
+            let mut out = [0u8; 256];
+            let want = Some(("indirect table length", u64::from(len)));
+            assert_eq!(table_len(cmd.encode(&mut out, 68).map(|_| ())), want);
+            buf[60..64].copy_from_slice(&len.to_be_bytes());
+            assert_eq!(table_len(ParsedCmd::parse(&buf[..n], 68).map(|_| ())), want);
+        }
     }
 
     #[test]
