@@ -708,8 +708,7 @@ fn nexus_in_use(target: &TargetSpec) -> bool {
 fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {
     let spec = a.backend.clone().unwrap_or_default();
     let (kind, size) = parse_spec(&spec)?;
-    let batch_io = u64::from(libublk::sys::UBLK_F_BATCH_IO);
-    if a.ublk_batch && libublk::ctrl::UblkCtrl::get_features().is_none_or(|f| f & batch_io == 0) {
+    if a.ublk_batch && !front::driver_has(libublk::sys::UBLK_F_BATCH_IO) {
         bail!(
             "--ublk-batch: this kernel's ublk has no batch I/O commands (UBLK_F_BATCH_IO; \
              `srp-ublk features` shows what it has): leave --ublk-batch out"

@@ -594,6 +594,12 @@ fn waiting(mode: PollMode, queues: u16) -> Waiting {
 /// sized by a budget instead of one buffer of the largest I/O per tag ([`crate::rdma::TagBufs`]).
 const POOL: u64 = sys::UBLK_F_NEED_GET_DATA as u64;
 
+/// Whether this kernel's ublk driver has feature `flag` (a `UBLK_F_*`); no when the driver does
+/// not say.
+pub fn driver_has(flag: u32) -> bool {
+    UblkCtrl::get_features().is_some_and(|f| f & u64::from(flag) != 0)
+}
+
 fn build_ctrl(
     name: &str,
     id: i32,

@@ -1,6 +1,6 @@
 //! The device's capacity checks, off the I/O path.
 
-use super::{CapacityStatus, QueueStatus};
+use super::{driver_has, CapacityStatus, QueueStatus};
 use crate::path::SessionLink;
 use crate::session::{Relogin, RELOGIN_STEP};
 use libublk::ctrl::UblkCtrl;
@@ -96,9 +96,7 @@ impl CapacityWatch {
             self.capacity.pending.store(0, Relaxed);
             return Ok(());
         }
-        let can =
-            UblkCtrl::get_features().is_some_and(|f| f & u64::from(sys::UBLK_F_UPDATE_SIZE) != 0);
-        if !can {
+        if !driver_has(sys::UBLK_F_UPDATE_SIZE) {
             tracing::warn!(
                 "{dev}: the LUN's capacity changed from {old} to {new} bytes ({why}), but this \
                  kernel's ublk cannot resize a live device (UPDATE_SIZE, Linux 6.16): the device \

@@ -192,10 +192,7 @@ fn run_demo_queue_batch(
             1,
         );
         if let Some(e) = failed {
-            return Err(QueueError::Ublk {
-                what: "handling a batch",
-                source: e,
-            });
+            return Err(QueueError::ublk("handling a batch")(e));
         }
         // all commit slots busy: keep the results for the next pass
         if !done.is_empty()
