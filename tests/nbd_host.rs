@@ -288,10 +288,11 @@ fn read_at(s: &mut UnixStream, cookie: u64, off: u64, len: u32) -> (u32, Vec<u8>
 fn hostile_requests_get_errors_and_nothing_outside_the_range_is_written() {
     let srv = server("mem:1M", "disk");
     let mut s = go(&srv.sock, "disk");
-    let big_srv = server("mem:4M", "big");
+    let big_srv = server("mem:64M", "big");
     let mut big = go(&big_srv.sock, "big");
-    // an oversized write inside the export: EINVAL, its payload skipped, the stream stays in sync
-    assert_eq!(write_at(&mut big, 1, 0, &vec![0xcc; (1 << 20) + 4096]), 22);
+    // a write past the largest request (32 MiB) inside the export: EINVAL, its payload skipped,
+    // the stream stays in sync
+    assert_eq!(write_at(&mut big, 1, 0, &vec![0xcc; (32 << 20) + 4096]), 22);
     assert_eq!(
         read_at(&mut big, 2, 0, 4096),
         (0, vec![0; 4096]),
@@ -315,7 +316,7 @@ fn hostile_requests_get_errors_and_nothing_outside_the_range_is_written() {
         22,
         "offset overflow"
     );
-    // oversized and past the end: ENOSPC, payload skipped
+    // past the end: ENOSPC, payload skipped
     assert_eq!(write_at(&mut s, 5, 0, &vec![0xcc; (1 << 20) + 4096]), 28);
     // unknown command
     s.write_all(&request(99, 0, 6, 0, 0)).unwrap();
@@ -953,4 +954,158 @@ fn block_status_and_structured_reads_match_nbdkit_on_the_same_image() {
     let mut raw = go(&s.sock, "img");
     raw.write_all(&request(7, 0, 9, 0, 4096)).unwrap();
     assert_eq!(reply(&mut raw), (22, 9));
+}
+
+/// A pattern no two MiB of which are alike.
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 11) as u8)
+        .collect()
+}
+
+/// GO after NBD_OPT_STRUCTURED_REPLY: replies to reads are chunks from now on.
+fn go_structured(p: &Path, name: &str) -> UnixStream {
+    let mut s = connect(p);
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&3u32.to_be_bytes()).unwrap();
+    send_opt(&mut s, 8, &[]);
+    assert_eq!(opt_reply(&mut s).1, 1, "STRUCTURED_REPLY acknowledged");
+    let mut data = (name.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(name.as_bytes());
+    data.extend_from_slice(&0u16.to_be_bytes());
+    send_opt(&mut s, 7, &data);
+    while opt_reply(&mut s).1 != 1 {}
+    s
+}
+
+/// A structured reply chunk: (flags, type, cookie, payload).
+fn chunk(s: &mut UnixStream) -> (u16, u16, u64, Vec<u8>) {
+    let mut h = [0u8; 20];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(&h[0..4], &0x668e_33efu32.to_be_bytes(), "chunk magic");
+    let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+    let mut d = vec![0u8; len];
+    s.read_exact(&mut d).unwrap();
+    let half = |i: usize| u16::from_be_bytes(h[i..i + 2].try_into().unwrap());
+    (
+        half(4),
+        half(6),
+        u64::from_be_bytes(h[8..16].try_into().unwrap()),
+        d,
+    )
+}
+
+#[test]
+fn requests_up_to_32_mib_are_served_whole_and_larger_ones_refused() {
+    // the kernel's nbd client sends up to 32 MiB whatever the server advertises (qemu-nbd and
+    // nbdkit serve that much): one command carries at most 1 MiB here, so these go in parts
+    let srv = server("mem:96M", "big");
+    let mut s = go(&srv.sock, "big");
+    let a = pattern(32 << 20, 1);
+    assert_eq!(write_at(&mut s, 1, 4096, &a), 0, "32 MiB write");
+    let (e, got) = read_at(&mut s, 2, 4096, 32 << 20);
+    assert_eq!(e, 0);
+    assert!(got == a, "32 MiB read back differs");
+    // pipelined: two large writes and a small one behind them, then a read across both
+    let (b, c) = (pattern((5 << 20) + 512, 2), pattern(3 << 20, 3));
+    let mut batch = request(1, 1, 10, 40 << 20, b.len() as u32);
+    batch.extend_from_slice(&b);
+    batch.extend(request(
+        1,
+        0,
+        11,
+        (40 << 20) + b.len() as u64,
+        c.len() as u32,
+    ));
+    batch.extend_from_slice(&c);
+    batch.extend(request(1, 0, 12, 0, 512));
+    batch.extend_from_slice(&[0x77; 512]);
+    s.write_all(&batch).unwrap();
+    let mut cookies: Vec<u64> = (0..3)
+        .map(|_| reply(&mut s))
+        .map(|(e, c)| {
+            assert_eq!(e, 0, "cookie {c}");
+            c
+        })
+        .collect();
+    cookies.sort();
+    assert_eq!(cookies, [10, 11, 12]);
+    let (e, got) = read_at(&mut s, 13, 40 << 20, (b.len() + c.len()) as u32);
+    assert_eq!(e, 0);
+    assert!(
+        got[..b.len()] == b[..] && got[b.len()..] == c[..],
+        "pipelined writes"
+    );
+    // 33 MiB: EINVAL on a simple connection, and the connection still serves
+    assert_eq!(write_at(&mut s, 14, 0, &vec![0xee; 33 << 20]), 22);
+    assert_eq!(read_at(&mut s, 15, 0, 33 << 20).0, 22);
+    let (e, got) = read_at(&mut s, 16, 4096, 4096);
+    assert_eq!(
+        (e, &got[..]),
+        (0, &a[..4096]),
+        "nothing of the refused write landed"
+    );
+    // structured replies: one data chunk for 32 MiB, EOVERFLOW past it
+    let mut t = go_structured(&srv.sock, "big");
+    t.write_all(&request(0, 0, 20, 4096, 32 << 20)).unwrap();
+    let (flags, kind, cookie, d) = chunk(&mut t);
+    assert_eq!(
+        (flags, kind, cookie),
+        (1, 1, 20),
+        "one OFFSET_DATA chunk, DONE"
+    );
+    assert_eq!(&d[..8], &4096u64.to_be_bytes());
+    assert!(d[8..] == a[..], "structured 32 MiB read differs");
+    t.write_all(&request(0, 0, 21, 0, (32 << 20) + 512))
+        .unwrap();
+    let (flags, kind, cookie, d) = chunk(&mut t);
+    assert_eq!((flags, kind, cookie), (1, 0x8001, 21), "an ERROR chunk");
+    assert_eq!(&d[..4], &75u32.to_be_bytes(), "EOVERFLOW");
+    t.write_all(&request(1, 0, 22, 0, (32 << 20) + 512))
+        .unwrap();
+    t.write_all(&vec![0u8; (32 << 20) + 512]).unwrap();
+    assert_eq!(reply(&mut t), (75, 22), "a write past 32 MiB: EOVERFLOW");
+    t.write_all(&request(0, 0, 23, 4096, 512)).unwrap();
+    assert_eq!(
+        chunk(&mut t).3[8..],
+        a[..512],
+        "the connection still serves"
+    );
+}
+
+#[test]
+fn write_zeroes_is_answered_as_the_spec_says_for_each_flag() {
+    const NO_HOLE: u16 = 1 << 1;
+    const FAST_ZERO: u16 = 1 << 4;
+    let srv = server("mem:8M", "z");
+    let mut s = go(&srv.sock, "z");
+    let data = pattern(4 << 20, 4);
+    assert_eq!(write_at(&mut s, 1, 0, &data), 0);
+    // (flags, range in MiB, answer): zeroed unless refused
+    let cases = [
+        (0, 0, 0),
+        (NO_HOLE, 1, 0),
+        (FAST_ZERO, 2, 0),
+        // writing zeros is never fast: FAST_ZERO with NO_HOLE fails at once and zeroes nothing
+        (FAST_ZERO | NO_HOLE, 3, 95),
+    ];
+    for (i, (flags, mib, want)) in cases.into_iter().enumerate() {
+        let cookie = 100 + i as u64;
+        s.write_all(&request(6, flags, cookie, mib << 20, 1 << 20))
+            .unwrap();
+        assert_eq!(
+            reply(&mut s),
+            (want, cookie),
+            "WRITE_ZEROES flags {flags:#x}"
+        );
+        let (e, got) = read_at(&mut s, 200 + i as u64, mib << 20, 1 << 20);
+        assert_eq!(e, 0);
+        let at = (mib << 20) as usize;
+        if want == 0 {
+            assert!(got.iter().all(|&b| b == 0), "flags {flags:#x}: not zeroed");
+        } else {
+            assert!(got == data[at..at + (1 << 20)], "flags {flags:#x}: changed");
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! Block operations (what ublk and NBD ask for) mapped to SCSI commands, in one place for both front
 //! ends: READ/WRITE -> READ(16)/WRITE(16), FLUSH -> SYNCHRONIZE CACHE(16), DISCARD -> UNMAP,
 //! WRITE_ZEROES -> WRITE SAME(16) of a zeroed block (UNMAP bit when allowed), as the kernel's sd
-//! driver does; FUA and FLUSH follow the LUN's write cache ([`WriteCache`]).
+//! driver does, or WRITE(16) of zeros where the LUN has no WRITE SAME; FUA and FLUSH follow the
+//! LUN's write cache ([`WriteCache`]).
 
 use super::{DataBuf, DataDir, ScsiCmd};
 use crate::wire::scsi::sense::errno;
@@ -26,6 +27,10 @@ pub enum BlockOp {
         /// Deallocation allowed.
         may_unmap: bool,
     },
+    /// Zero a range by writing zeros from the (zeroed) buffer: WRITE_ZEROES on a LUN without
+    /// WRITE SAME ([`Geometry::write_same`]), as the kernel and qemu fall back. At most one
+    /// buffer's worth.
+    ZeroWrite,
     /// Ask which blocks of a range are mapped (GET LBA STATUS into the buffer; the answer may
     /// cover less than the range, and is shorter than the buffer: see [`LBA_STATUS_BYTES`]).
     LbaStatus,
@@ -84,6 +89,10 @@ fn legacy_cache() -> WriteCache {
     WriteCache::LEGACY
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// What the LUN supports, from its INQUIRY/VPD/READ CAPACITY/MODE SENSE data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Geometry {
@@ -105,6 +114,12 @@ pub struct Geometry {
     /// Deallocated blocks read as zeros (LBPRZ).
     #[serde(default)]
     pub lbprz: bool,
+    /// WRITE SAME(16) is to be used for WRITE_ZEROES: not where REPORT SUPPORTED OPERATION CODES
+    /// says the LUN lacks it (LIO's ramdisk backstore, for one, announces a MAXIMUM WRITE SAME
+    /// LENGTH and refuses the command), nor once the LUN refused it. Otherwise zeros are written
+    /// ([`BlockOp::ZeroWrite`]). State files from before it was recorded: WRITE SAME, as then.
+    #[serde(default = "yes")]
+    pub write_same: bool,
 }
 
 /// Builds the SCSI command for `op` on `len` bytes at byte `offset`. `buf` is the tag's registered
@@ -129,7 +144,9 @@ pub fn to_scsi(
     }
     let (lba, blocks) = geo.extent(offset, len)?;
     match op {
-        BlockOp::Read | BlockOp::Write { .. } if len > buf.len => Err(errno::EINVAL),
+        BlockOp::Read | BlockOp::Write { .. } | BlockOp::ZeroWrite if len > buf.len => {
+            Err(errno::EINVAL)
+        }
         BlockOp::Read => Ok(ScsiCmd {
             cdb: Cdb::read16(lba, blocks, false),
             data: DataDir::In(buf.prefix(len)),
@@ -161,6 +178,16 @@ pub fn to_scsi(
             Ok(ScsiCmd {
                 cdb: Cdb::write_same16(lba, blocks, unmap, false),
                 data: DataDir::Out(buf.prefix(bs as u32)),
+            })
+        }
+        BlockOp::ZeroWrite => {
+            scratch
+                .get_mut(..len as usize)
+                .ok_or(errno::EINVAL)?
+                .fill(0);
+            Ok(ScsiCmd {
+                cdb: Cdb::write16(lba, blocks, false),
+                data: DataDir::Out(buf.prefix(len)),
             })
         }
         BlockOp::LbaStatus => {
@@ -212,6 +239,7 @@ pub(crate) mod tests {
         cache: WriteCache::LEGACY,
         lbpme: true,
         lbprz: true,
+        write_same: true,
     };
     const BUF: DataBuf = DataBuf {
         addr: 0x1000,
@@ -301,6 +329,32 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(z.cdb.as_slice()[1], 0);
+    }
+
+    #[test]
+    fn zero_write_writes_a_zeroed_buffer_of_its_length() {
+        let mut s = vec![0xffu8; 8192];
+        let buf = DataBuf { len: 8192, ..BUF };
+        let z = to_scsi(BlockOp::ZeroWrite, 4096, 8192, &GEO, buf, &mut s).unwrap();
+        assert_eq!(z.cdb.opcode(), op::WRITE_16);
+        assert_eq!(&z.cdb.as_slice()[2..10], &8u64.to_be_bytes());
+        assert_eq!(&z.cdb.as_slice()[10..14], &16u32.to_be_bytes());
+        assert_eq!(z.data, DataDir::Out(buf));
+        assert!(s.iter().all(|&b| b == 0));
+        assert_eq!(
+            to_scsi(BlockOp::ZeroWrite, 0, 16384, &GEO, buf, &mut s),
+            Err(errno::EINVAL),
+            "longer than the buffer"
+        );
+    }
+
+    #[test]
+    fn geometry_of_an_older_state_file_keeps_write_same() {
+        let g: Geometry = serde_json::from_str(
+            r#"{"block_shift":9,"blocks":8,"unmap":false,"write_same_unmap":false}"#,
+        )
+        .unwrap();
+        assert!(g.write_same);
     }
 
     #[test]

@@ -264,6 +264,7 @@ fn srp_export(a: &ServeArgs, t: &str) -> anyhow::Result<Export> {
         max_trim: h.max_trim,
         max_zero: h.max_zero,
         lba_status: AtomicBool::new(h.geo.lbpme),
+        write_same: AtomicBool::new(h.geo.write_same),
         source: Source::Srp {
             pool: Arc::new(nbd::Pool::new(channels, relogin.clone())),
             geo: h.geo,
@@ -297,6 +298,7 @@ fn demo_export(a: &ServeArgs, b: &str) -> anyhow::Result<Export> {
         max_trim: DEMO_CHUNK,
         max_zero: DEMO_CHUNK,
         lba_status: AtomicBool::new(false),
+        write_same: AtomicBool::new(true),
         source,
     })
 }

@@ -17,6 +17,7 @@ mod extents;
 mod handshake;
 mod listen;
 mod pool;
+mod split;
 mod tls;
 
 use crate::wire::nbd::{self, cmd, cmdflag, err, tflag, Request};
@@ -25,6 +26,8 @@ use handshake::{bad, handshake, Negotiated};
 pub use listen::{bind_unix, Limits, Listen, ListenError, SocketError};
 use listen::{Stream, Timed};
 pub use pool::Pool;
+pub use split::MAX_REQUEST;
+use split::{too_large, Splits};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,7 +66,8 @@ pub struct Export {
     pub size: u64,
     /// Minimum (logical) block size.
     pub min_block: u32,
-    /// Largest request.
+    /// Largest command (the channel's buffers): a larger READ or WRITE, up to [`MAX_REQUEST`], is
+    /// carried out in parts of this size.
     pub max_io: u32,
     /// Read-only.
     pub read_only: bool,
@@ -83,6 +87,9 @@ pub struct Export {
     /// NBD_CMD_BLOCK_STATUS asks the LUN (GET LBA STATUS): a thin LUN (LBPME) that has not
     /// refused the command. Otherwise every block is reported as data.
     pub lba_status: AtomicBool,
+    /// WRITE_ZEROES is WRITE SAME: the LUN has it ([`Geometry::write_same`]) and has not refused
+    /// it. Otherwise zeros are written, `max_io` at a time, and FAST_ZERO is refused.
+    pub write_same: AtomicBool,
 }
 
 impl Export {
@@ -153,8 +160,26 @@ struct TagReq {
     read: bool,
     off: u64,
     len: u32,
+    /// The request's flags (FUA, NO_HOLE, FAST_ZERO, REQ_ONE).
+    flags: u16,
+    /// The command out now and its offset.
+    op: Option<BlockOp>,
+    cur: u64,
     /// What the tag does after its current command, before the client hears back.
     next: Next,
+    /// A part of a split request: its slot and the part's offset in it ([`split`]).
+    split: Option<(u16, u32)>,
+}
+
+/// What a tag does once its command finished.
+#[derive(Debug, PartialEq, Eq)]
+enum After {
+    /// Send this command for the same request (offset, length), then `Next`.
+    Submit(BlockOp, u64, u32, Next),
+    /// The request is done: reply.
+    Reply,
+    /// The request failed with this errno.
+    Fail(i32),
 }
 
 /// The rest of a request after the command its tag has out.
@@ -182,13 +207,16 @@ fn step(ex: &Export, op: BlockOp, off: u64, len: u64, fua: bool) -> (BlockOp, u3
     let chunk = match op {
         BlockOp::Discard => ex.max_trim,
         BlockOp::WriteZeroes { .. } => ex.max_zero,
+        BlockOp::ZeroWrite => ex.max_io,
         _ => u32::MAX,
     };
     let now = len.min(u64::from(chunk.max(1))) as u32;
     let sync = fua
         && match op {
             BlockOp::Write { .. } => ex.cache.fua_write() == FuaWrite::ThenSync,
-            BlockOp::Discard | BlockOp::WriteZeroes { .. } => ex.cache.flushes(),
+            BlockOp::Discard | BlockOp::WriteZeroes { .. } | BlockOp::ZeroWrite => {
+                ex.cache.flushes()
+            }
             BlockOp::Read | BlockOp::Flush | BlockOp::LbaStatus => false,
         };
     let next = if u64::from(now) < len {
@@ -209,6 +237,18 @@ fn step(ex: &Export, op: BlockOp, off: u64, len: u64, fua: bool) -> (BlockOp, u3
 const SPINS: u32 = 200;
 /// How long a connection keeps reading its socket after it last made progress before it sleeps.
 const SOCKET_SPIN: Duration = Duration::from_micros(50);
+
+/// The header of a successful read's reply of `len` bytes at `off` (the data follows it): one
+/// data chunk once structured replies are on, a simple reply otherwise.
+fn read_reply_header(out: &mut Vec<u8>, neg: Negotiated, cookie: u64, off: u64, len: u32) {
+    if neg.structured {
+        let (flags, kind) = (nbd::chunk::FLAG_DONE, nbd::chunk::OFFSET_DATA);
+        out.extend_from_slice(&nbd::chunk_header(flags, kind, cookie, 8 + len));
+        out.extend_from_slice(&off.to_be_bytes());
+    } else {
+        out.extend_from_slice(&nbd::simple_reply(0, cookie));
+    }
+}
 
 /// An error reply: a structured error chunk for a READ once structured replies are on (its success
 /// is a chunk too), a simple reply otherwise.
@@ -238,6 +278,7 @@ fn transmission(s: Stream, ex: &Export, exec: Exec, neg: Negotiated) -> io::Resu
         out: Vec::with_capacity(1 << 20),
         opos: 0,
         done: Vec::with_capacity(usize::from(depth)),
+        splits: Splits::default(),
         disc: false,
         eof: false,
     }
@@ -264,6 +305,8 @@ struct Conn<'a> {
     out: Vec<u8>,
     opos: usize,
     done: Vec<(u16, Result<u32, i32>)>,
+    /// Requests carried out in parts.
+    splits: Splits,
     /// The client sent NBD_CMD_DISC.
     disc: bool,
     /// The client closed its side.
@@ -280,6 +323,8 @@ enum Admit {
     BlockStatus,
     /// Sent on the channel.
     Run,
+    /// A READ or WRITE longer than one command: sent in parts ([`split`]).
+    Split,
 }
 
 fn would_block(e: &io::Error) -> bool {
@@ -287,6 +332,44 @@ fn would_block(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
     )
+}
+
+/// What tag `t` does now that its command finished with `r` (`Ok(resid)`): the request's
+/// next command, its reply, or its failure. A LUN that refuses WRITE SAME gets the rest of the
+/// WRITE_ZEROES as zeros written (from the refused command on), unless the client asked for
+/// FAST_ZERO, which may then answer ENOTSUP.
+fn after(ex: &Export, t: &TagReq, r: Result<u32, i32>) -> After {
+    let fast = t.flags & cmdflag::FAST_ZERO != 0;
+    if let (Err(libc::EOPNOTSUPP), Some(BlockOp::WriteZeroes { .. }), false) = (r, t.op, fast) {
+        if ex.write_same.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                "NBD: the LUN refuses WRITE SAME: WRITE_ZEROES is carried out by writing zeros"
+            );
+        }
+        let left = t.off + u64::from(t.len) - t.cur;
+        let fua = t.flags & cmdflag::FUA != 0;
+        let (op, len, next) = step(ex, BlockOp::ZeroWrite, t.cur, left, fua);
+        return After::Submit(op, t.cur, len, next);
+    }
+    // NBD cannot report a short transfer
+    match (r, t.next) {
+        (Err(e), _) => After::Fail(e),
+        (Ok(resid), _) if resid != 0 => After::Fail(libc::EIO),
+        (Ok(_), Next::Sync) => After::Submit(BlockOp::Flush, 0, 0, Next::Reply),
+        (
+            Ok(_),
+            Next::More {
+                op,
+                off,
+                left,
+                sync,
+            },
+        ) => {
+            let (op, len, next) = step(ex, op, off, left, sync);
+            After::Submit(op, off, len, next)
+        }
+        (Ok(_), Next::Reply | Next::Extents { .. }) => After::Reply,
+    }
 }
 
 impl Conn<'_> {
@@ -362,6 +445,12 @@ impl Conn<'_> {
                     break;
                 }
             }
+            if self.splits.receiving() {
+                progress = true;
+                if self.receive() {
+                    break; // more of the write's payload is to come
+                }
+            }
             if self.rlen - self.rpos < nbd::REQUEST_LEN {
                 break;
             }
@@ -401,8 +490,16 @@ impl Conn<'_> {
                     self.start(tag, &req, body);
                     progress = true;
                 }
+                Admit::Split => {
+                    if !self.open_split(&req) {
+                        break; // other split requests hold the connection's budget
+                    }
+                    self.rpos += nbd::REQUEST_LEN;
+                    progress = true;
+                }
             }
         }
+        progress |= self.issue_parts();
         Ok(progress)
     }
 
@@ -430,6 +527,7 @@ impl Conn<'_> {
             _ => return Admit::Reply(err::EINVAL),
         }
         let fast_zero = req.flags & cmdflag::FAST_ZERO != 0;
+        let write_same = ex.write_same.load(Ordering::Relaxed);
         let refused = match req.kind {
             _ if !in_range && req.kind != cmd::FLUSH => {
                 if req.kind == cmd::READ {
@@ -438,16 +536,18 @@ impl Conn<'_> {
                     err::ENOSPC
                 }
             }
-            cmd::READ | cmd::WRITE if req.length > ex.max_io => err::EINVAL,
+            cmd::READ | cmd::WRITE if req.length > MAX_REQUEST => too_large(neg.structured),
             cmd::WRITE | cmd::TRIM | cmd::WRITE_ZEROES if ex.read_only => err::EPERM,
             cmd::TRIM if !ex.trim => err::EINVAL,
             cmd::WRITE_ZEROES
-                if fast_zero && (!ex.fast_zero || req.flags & cmdflag::NO_HOLE != 0) =>
+                if fast_zero
+                    && (!ex.fast_zero || !write_same || req.flags & cmdflag::NO_HOLE != 0) =>
             {
                 err::ENOTSUP
             }
             // no volatile cache: every write already completed is durable
             cmd::FLUSH if !ex.cache.flushes() => 0,
+            cmd::READ | cmd::WRITE if req.length > ex.max_io => return Admit::Split,
             _ => return Admit::Run,
         };
         Admit::Reply(refused)
@@ -468,9 +568,10 @@ impl Conn<'_> {
             cmd::FLUSH => BlockOp::Flush,
             cmd::TRIM => BlockOp::Discard,
             cmd::BLOCK_STATUS => BlockOp::LbaStatus,
-            _ => BlockOp::WriteZeroes {
+            _ if self.ex.write_same.load(Ordering::Relaxed) => BlockOp::WriteZeroes {
                 may_unmap: req.flags & cmdflag::NO_HOLE == 0,
             },
+            _ => BlockOp::ZeroWrite,
         };
         let (op, len, mut next) = step(self.ex, op, req.offset, u64::from(req.length), fua);
         if op == BlockOp::LbaStatus {
@@ -482,7 +583,11 @@ impl Conn<'_> {
             read: req.kind == cmd::READ,
             off: req.offset,
             len: req.length,
+            flags: req.flags,
+            op: Some(op),
+            cur: req.offset,
             next,
+            split: None,
         };
         if let Err(e) = self.exec.submit(tag, op, req.offset, len) {
             self.free.push(tag);
@@ -507,38 +612,25 @@ impl Conn<'_> {
                 self.free.push(tag);
                 continue;
             }
-            // NBD cannot report a short transfer
-            let r = r.and_then(|resid| if resid == 0 { Ok(()) } else { Err(libc::EIO) });
-            let r = match (r, t.next) {
-                (Ok(()), Next::Sync) => {
-                    self.tags[usize::from(tag)].next = Next::Reply;
-                    self.exec.submit(tag, BlockOp::Flush, 0, 0).map(|()| true)
+            let r = match after(self.ex, &t, r) {
+                After::Submit(op, off, len, next) => {
+                    let tr = &mut self.tags[usize::from(tag)];
+                    (tr.op, tr.cur, tr.next) = (Some(op), off, next);
+                    match self.exec.submit(tag, op, off, len) {
+                        Ok(()) => continue, // the request's next command is out
+                        Err(e) => Err(e),
+                    }
                 }
-                (
-                    Ok(()),
-                    Next::More {
-                        op,
-                        off,
-                        left,
-                        sync,
-                    },
-                ) => {
-                    let (op, len, next) = step(self.ex, op, off, left, sync);
-                    self.tags[usize::from(tag)].next = next;
-                    self.exec.submit(tag, op, off, len).map(|()| true)
-                }
-                (r, _) => r.map(|()| false),
+                After::Reply => Ok(()),
+                After::Fail(e) => Err(e),
             };
-            match r {
-                Ok(true) => continue, // the request's next command is out
-                Ok(false) => self.reply(tag, t),
-                Err(e) => error_reply(
-                    &mut self.out,
-                    self.neg,
-                    t.read,
-                    err::from_errno(e),
-                    t.cookie,
-                ),
+            match (r, t.split) {
+                (r, Some(_)) => self.part_done(tag, r),
+                (Ok(()), None) => self.reply(tag, t),
+                (Err(e), None) => {
+                    let e = err::from_errno(e);
+                    error_reply(&mut self.out, self.neg, t.read, e, t.cookie)
+                }
             }
             self.free.push(tag);
         }
@@ -578,21 +670,13 @@ impl Conn<'_> {
 
     /// The reply to a request that succeeded (with a read's data).
     fn reply(&mut self, tag: u16, t: TagReq) {
-        if t.read && self.neg.structured {
-            self.out.extend_from_slice(&nbd::chunk_header(
-                nbd::chunk::FLAG_DONE,
-                nbd::chunk::OFFSET_DATA,
-                t.cookie,
-                8 + t.len,
-            ));
-            self.out.extend_from_slice(&t.off.to_be_bytes());
-        } else {
+        if !t.read {
             self.out.extend_from_slice(&nbd::simple_reply(0, t.cookie));
+            return;
         }
-        if t.read {
-            self.out
-                .extend_from_slice(&self.exec.buf(tag)[..t.len as usize]);
-        }
+        read_reply_header(&mut self.out, self.neg, t.cookie, t.off, t.len);
+        self.out
+            .extend_from_slice(&self.exec.buf(tag)[..t.len as usize]);
     }
 
     /// Writes replies as far as the socket takes them.
@@ -659,6 +743,7 @@ mod tests {
             max_trim: 64 << 20,
             max_zero: 1 << 20,
             lba_status: AtomicBool::new(false),
+            write_same: AtomicBool::new(true),
             source: Source::Null,
         }
     }
@@ -728,5 +813,71 @@ mod tests {
         let z = BlockOp::WriteZeroes { may_unmap: true };
         assert_eq!(step(&ex, z, 0, 512, false), (z, 512, Next::Reply));
         assert_eq!(step(&ex, z, 0, 3 << 20, false).1, 1 << 20);
+    }
+
+    /// A tag partway through a FUA WRITE_ZEROES of 3 MiB at 1 MiB: its second command out.
+    fn zeroing(flags: u16) -> TagReq {
+        TagReq {
+            off: 1 << 20,
+            len: 3 << 20,
+            flags,
+            op: Some(BlockOp::WriteZeroes { may_unmap: true }),
+            cur: 2 << 20,
+            ..TagReq::default()
+        }
+    }
+
+    #[test]
+    fn a_refused_write_same_goes_on_as_zeros_written_from_the_refused_command() {
+        let ex = export(WriteCache {
+            enabled: true,
+            dpofua: true,
+        });
+        let t = zeroing(cmdflag::FUA);
+        let after = after(&ex, &t, Err(libc::EOPNOTSUPP));
+        let rest = Next::More {
+            op: BlockOp::ZeroWrite,
+            off: 3 << 20,
+            left: 1 << 20,
+            sync: true,
+        };
+        assert_eq!(
+            after,
+            After::Submit(BlockOp::ZeroWrite, 2 << 20, 1 << 20, rest)
+        );
+        assert!(
+            !ex.write_same.load(Ordering::Relaxed),
+            "the export remembers"
+        );
+        // the last zero write is followed by the FUA's SYNCHRONIZE CACHE
+        let (_, len, next) = step(&ex, BlockOp::ZeroWrite, 3 << 20, 1 << 20, true);
+        assert_eq!((len, next), (1 << 20, Next::Sync));
+    }
+
+    #[test]
+    fn fast_zero_and_other_errors_are_not_turned_into_zero_writes() {
+        let ex = export(WriteCache::LEGACY);
+        let fast = zeroing(cmdflag::FAST_ZERO);
+        assert_eq!(
+            after(&ex, &fast, Err(libc::EOPNOTSUPP)),
+            After::Fail(libc::EOPNOTSUPP)
+        );
+        assert!(ex.write_same.load(Ordering::Relaxed));
+        let t = zeroing(0);
+        assert_eq!(after(&ex, &t, Err(libc::EIO)), After::Fail(libc::EIO));
+        let write = TagReq {
+            op: Some(BlockOp::Write { fua: false }),
+            ..t
+        };
+        assert_eq!(
+            after(&ex, &write, Err(libc::EOPNOTSUPP)),
+            After::Fail(libc::EOPNOTSUPP)
+        );
+        assert_eq!(
+            after(&ex, &write, Ok(512)),
+            After::Fail(libc::EIO),
+            "a short transfer"
+        );
+        assert_eq!(after(&ex, &write, Ok(0)), After::Reply);
     }
 }

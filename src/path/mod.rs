@@ -640,7 +640,7 @@ fn finishing<'a>(
 }
 
 /// Sends `op` from `buf` (with `scratch`, the memory `buf` describes, for what the CPU writes:
-/// UNMAP parameters, WRITE SAME's block); a FLUSH needs neither.
+/// UNMAP parameters, WRITE SAME's block, a zero write's zeros); a FLUSH needs neither.
 fn send<T: Transport>(
     ch: &mut Channel<T>,
     tag: u16,

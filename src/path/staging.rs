@@ -204,7 +204,9 @@ impl Staging {
     /// How many bytes of the area `op` takes, if it takes a span.
     fn needs(&self, op: BlockOp, len: u32) -> Option<u32> {
         match op {
-            BlockOp::Read | BlockOp::Write { .. } if len > self.head && self.units.count > 0 => {
+            BlockOp::Read | BlockOp::Write { .. } | BlockOp::ZeroWrite
+                if len > self.head && self.units.count > 0 =>
+            {
                 // a pool command takes a span of any size up to the pool; a staged one, one staging
                 // buffer. Longer, it is sent from the tag as it is, and refused (EINVAL)
                 let most = if self.pool {

@@ -19,6 +19,7 @@ const GEO: Geometry = Geometry {
     cache: WriteCache::LEGACY,
     lbpme: false,
     lbprz: false,
+    write_same: true,
 };
 const TIMERS: Timers = Timers {
     reconnect_delay: Some(1),

@@ -6,6 +6,7 @@
 use crate::channel::block::{Geometry, WriteCache};
 use crate::channel::{Channel, ChannelConfig, DataDir, ScsiCmd};
 use crate::rdma::{ConnectParams, Endpoint, RdmaError};
+use crate::wire::scsi::cdb::{op, opcode_supported};
 use crate::wire::scsi::vpd::{self, BlockLimits, Provisioning};
 use crate::wire::scsi::{Capacity, Cdb, ModeSense10, StandardInquiry};
 use crate::wire::srp::{size, MultiChannelAction, ScsiLun};
@@ -113,6 +114,9 @@ pub struct LunInfo {
     pub fua: bool,
     /// Write protected.
     pub read_only: bool,
+    /// WRITE SAME(16) is implemented: false where REPORT SUPPORTED OPERATION CODES says it is not
+    /// (as sd asks before it uses WRITE SAME); true where the LUN cannot say.
+    pub write_same: bool,
 }
 
 impl LunInfo {
@@ -131,6 +135,7 @@ impl LunInfo {
             cache: self.write_cache(),
             lbpme: self.capacity.lbpme,
             lbprz: self.capacity.lbprz,
+            write_same: self.write_same,
         }
     }
     /// What tells this LUN from another (a new login must find the same).
@@ -544,6 +549,7 @@ pub fn interrogate(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunInfo, Sess
     let vpd = VpdPages::read(ch, lun);
     let capacity = read_capacity(ch, lun)?;
     let (write_cache, fua, read_only) = caching(ch, lun);
+    let write_same = supports(ch, lun, op::WRITE_SAME_16).unwrap_or(true);
     Ok(LunInfo {
         lun,
         inquiry,
@@ -555,7 +561,16 @@ pub fn interrogate(ch: &mut Channel<Endpoint>, lun: u64) -> Result<LunInfo, Sess
         write_cache,
         fua,
         read_only,
+        write_same,
     })
+}
+
+/// Whether the LUN implements `opcode` (REPORT SUPPORTED OPERATION CODES); `None` where it does
+/// not answer that command or cannot say.
+fn supports(ch: &mut Channel<Endpoint>, lun: u64, opcode: u8) -> Option<bool> {
+    let cdb = Cdb::report_opcode(opcode, 64);
+    let b = data_in(ch, "REPORT SUPPORTED OPERATION CODES", lun, cdb, 64).ok()?;
+    opcode_supported(&b)
 }
 
 fn test_unit_ready(ch: &mut Channel<Endpoint>, lun: u64) -> Result<(), SessionError> {

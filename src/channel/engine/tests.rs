@@ -16,6 +16,7 @@ const GEO: Geometry = Geometry {
     cache: crate::channel::block::WriteCache::LEGACY,
     lbpme: false,
     lbprz: false,
+    write_same: true,
 };
 
 fn cfg(req_lim: i32) -> ChannelConfig {

@@ -125,7 +125,9 @@ impl Exec {
                     match op {
                         BlockOp::Read => d.read(off, &mut b[..len as usize]),
                         BlockOp::Write { .. } => d.write(off, &b[..len as usize]),
-                        BlockOp::Discard | BlockOp::WriteZeroes { .. } => d.zero(off, len as usize),
+                        BlockOp::Discard | BlockOp::WriteZeroes { .. } | BlockOp::ZeroWrite => {
+                            d.zero(off, len as usize)
+                        }
                         BlockOp::Flush | BlockOp::LbaStatus => {}
                     }
                 } else if op == BlockOp::Read {

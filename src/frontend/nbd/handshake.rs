@@ -3,7 +3,7 @@
 
 use super::exec::Exec;
 use super::listen::Timed;
-use super::Export;
+use super::{Export, MAX_REQUEST};
 use crate::wire::nbd::{self, opt, rep, InfoRequest, MetaContextRequest, OptionHeader};
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -221,7 +221,7 @@ fn info_or_go(s: &mut Timed, ex: &Export, option: u32, data: &[u8]) -> io::Resul
     out.extend(nbd::option_reply(
         option,
         rep::INFO,
-        &nbd::info_block_size(ex.min_block, pref, ex.max_io),
+        &nbd::info_block_size(ex.min_block, pref, MAX_REQUEST.max(ex.max_io)),
     ));
     if req.requests.contains(&nbd::info::NAME) {
         let mut d = nbd::info::NAME.to_be_bytes().to_vec();

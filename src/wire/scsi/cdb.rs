@@ -31,7 +31,12 @@ pub mod op {
     pub const SERVICE_ACTION_IN_16: u8 = 0x9e;
     /// REPORT LUNS.
     pub const REPORT_LUNS: u8 = 0xa0;
+    /// MAINTENANCE IN (REPORT SUPPORTED OPERATION CODES is service action 0x0c).
+    pub const MAINTENANCE_IN: u8 = 0xa3;
 }
+
+/// REPORT SUPPORTED OPERATION CODES service action (MAINTENANCE IN).
+pub const SAI_REPORT_SUPPORTED_OPCODES: u8 = 0x0c;
 
 /// READ CAPACITY(16) service action.
 pub const SAI_READ_CAPACITY_16: u8 = 0x10;
@@ -162,6 +167,18 @@ impl Cdb {
         c
     }
 
+    /// REPORT SUPPORTED OPERATION CODES for one operation code without service action
+    /// (REPORTING OPTIONS 001b, SPC-5 6.35): the answer's SUPPORT field says whether the LUN
+    /// implements `opcode` ([`opcode_supported`]).
+    pub fn report_opcode(opcode: u8, alloc_len: u32) -> Self {
+        let mut c = Cdb::new(12, op::MAINTENANCE_IN);
+        c.bytes[1] = SAI_REPORT_SUPPORTED_OPCODES;
+        c.bytes[2] = 0x01;
+        c.bytes[3] = opcode;
+        c.put(6, &alloc_len.to_be_bytes());
+        c
+    }
+
     /// REPORT LUNS with SELECT REPORT `select` (0: all logical units the initiator may access).
     pub fn report_luns(select: u8, alloc_len: u32) -> Self {
         let mut c = Cdb::new(12, op::REPORT_LUNS);
@@ -237,6 +254,18 @@ pub fn encode_unmap_params(out: &mut [u8], ranges: &[UnmapRange]) -> Result<usiz
         out[o + 12..o + 16].fill(0);
     }
     Ok(total)
+}
+
+/// What a one-command REPORT SUPPORTED OPERATION CODES answer says of its operation code
+/// (byte 1's SUPPORT field): `Some(true)` implemented (011b per the standard, 101b vendor
+/// specific), `Some(false)` not (001b), `None` when the LUN cannot say (000b, reserved values, a
+/// short answer).
+pub fn opcode_supported(data: &[u8]) -> Option<bool> {
+    match data.get(1)? & 0x07 {
+        0b011 | 0b101 => Some(true),
+        0b001 => Some(false),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -322,5 +351,23 @@ mod tests {
             &[0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 8, 0, 0, 0, 0]
         );
         assert!(encode_unmap_params(&mut b[..39], &[UnmapRange { lba: 0, blocks: 1 }; 2]).is_err());
+    }
+
+    #[test]
+    fn report_opcode_asks_for_one_command() {
+        let c = Cdb::report_opcode(op::WRITE_SAME_16, 64);
+        assert_eq!(
+            c.as_slice(),
+            &[0xa3, 0x0c, 0x01, 0x93, 0, 0, 0, 0, 0, 64, 0, 0]
+        );
+        assert_eq!(opcode_supported(&[0, 0x03, 0, 16]), Some(true));
+        assert_eq!(
+            opcode_supported(&[0, 0x85, 0, 16]),
+            Some(true),
+            "CTDP set, vendor"
+        );
+        assert_eq!(opcode_supported(&[0, 0x01, 0, 0]), Some(false));
+        assert_eq!(opcode_supported(&[0, 0x00]), None);
+        assert_eq!(opcode_supported(&[0]), None);
     }
 }
