@@ -47,6 +47,9 @@ pub struct Faults {
     pub link_down: bool,
     /// The RDMA device is being removed: [`Transport::release_if_removed`] releases the login.
     pub removed: bool,
+    /// Operation codes answered ILLEGAL REQUEST, INVALID COMMAND OPERATION CODE (a LUN that
+    /// announced a command in its VPD pages and refuses it).
+    pub refuse: Vec<u8>,
 }
 
 /// The fake target.
@@ -463,6 +466,9 @@ impl FakeTarget {
         }
         if let Some(injected) = self.injected_fault(c.tag) {
             return injected;
+        }
+        if self.faults.refuse.contains(&c.cdb[0]) {
+            return Some(self.respond(c.tag, 2, &sense(5, 0x20, 0), 0, 0));
         }
         Some(match c.cdb[0] {
             op::READ_16 => self.read_16(c),

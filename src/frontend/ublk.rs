@@ -25,6 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 mod capacity;
 mod demo;
 mod queue;
+mod zeroing;
 
 use capacity::CapacityWatch;
 use demo::serve_demo;
@@ -265,9 +266,13 @@ fn ublk_params(lun: &LunInfo, max_io: u32) -> sys::ublk_params {
             discard_alignment: 0,
             discard_granularity: gran,
             max_discard_sectors: unmap.saturating_mul(sectors_per_block).min(u32::MAX >> 1),
-            max_write_zeroes_sectors: lun
-                .max_write_same_blocks(max_io)
-                .saturating_mul(sectors_per_block),
+            // without WRITE SAME, zeros are written one buffer at a time (see `zeroing`)
+            max_write_zeroes_sectors: if lun.write_same {
+                lun.max_write_same_blocks(max_io)
+                    .saturating_mul(sectors_per_block)
+            } else {
+                max_io >> 9
+            },
             max_discard_segments: 1,
             reserved0: 0,
         };

@@ -581,3 +581,49 @@ fn a_waiting_pool_discard_waits_for_its_parameters_not_its_range() {
     assert_eq!(got, [(0, 0), (1, 0)]);
     assert_eq!(p.busy(), 0);
 }
+
+/// What finished, (tag, errno), whatever the buffers.
+fn service_errnos(p: &mut Path<&FakeConnect>, now: Instant) -> Vec<(u16, i32)> {
+    let mut out = Vec::new();
+    p.service(now, &mut |d, _| out.push((d.tag, d.outcome.errno)));
+    out
+}
+
+#[test]
+fn a_lun_that_refuses_write_same_is_zeroed_by_zero_writes_from_tag_or_pool_buffers() {
+    for pooled in [false, true] {
+        let c = FakeConnect::default();
+        let mut p = if pooled { pool_path(&c, BIG) } else { path(&c) };
+        let t0 = Instant::now();
+        p.ch.transport().disk.fill(0xab);
+        p.ch.transport().faults.refuse = vec![op::WRITE_SAME_16];
+        let z = BlockOp::WriteZeroes { may_unmap: true };
+        p.submit(0, z, 8 * 512, 16 << 10, &GEO).expect("submitted");
+        assert_eq!(
+            service_errnos(&mut p, t0),
+            [(0, libc::EOPNOTSUPP)],
+            "pool {pooled}"
+        );
+        assert!(
+            p.ch.transport().disk.iter().all(|&b| b == 0xab),
+            "refused: untouched"
+        );
+        // what a front end sends next: zeros written, from a tag buffer holding other data
+        p.buf(1).fill(0xcd);
+        p.submit(1, BlockOp::ZeroWrite, 8 * 512, 16 << 10, &GEO)
+            .expect("submitted");
+        assert_eq!(service_errnos(&mut p, t0), [(1, 0)], "pool {pooled}");
+        let disk = &p.ch.transport().disk;
+        let (at, end) = (8 * 512, 8 * 512 + (16 << 10));
+        assert!(
+            disk[at..end].iter().all(|&b| b == 0),
+            "pool {pooled}: not zeroed"
+        );
+        assert!(disk[..at].iter().chain(&disk[end..]).all(|&b| b == 0xab));
+        let log = &p.ch.transport().log;
+        assert_eq!(log.last().map(|l| l.0), Some(op::WRITE_16));
+        // longer than the buffers hold: refused, nothing written
+        let too_long = p.submit(2, BlockOp::ZeroWrite, 0, 4 * BIG, &GEO);
+        assert_eq!(too_long, Err(libc::EINVAL), "pool {pooled}");
+    }
+}

@@ -63,7 +63,7 @@ NEW_KERNEL_TESTS=36-capacity-change
 # Host packages: qemu-system-x86 must match the image's qemu-utils, which comes from bookworm-backports.
 HOST_PKGS="qemu-system-x86 qemu-utils busybox-static ibverbs-utils ibverbs-providers rdmacm-utils fio
            iproute2 kmod cpio gzip xz-utils zstd perftest e2fsprogs libnbd-bin linux-perf strace elfutils
-           mmdebstrap dmsetup nbdkit"
+           mmdebstrap dmsetup nbdkit nbd-client"
 APTO=(-o "Dir::Etc::SourceList=$APTDIR/sources.list" -o Dir::Etc::SourceParts=/nonexistent
       -o "Dir::State::Lists=$APTDIR/lists" -o "Dir::Cache=$APTDIR/cache")
 
@@ -226,7 +226,8 @@ GUEST_TOOLS="/usr/bin/kmod /usr/bin/ip /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_d
     /usr/bin/nbdinfo /usr/bin/nbdcopy /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw
     /usr/bin/ib_send_lat /usr/bin/ib_read_lat /usr/bin/ib_write_lat /usr/bin/perf /usr/bin/strace
     /usr/bin/eu-stack /usr/sbin/dmsetup /usr/bin/ss /usr/bin/qemu-img /usr/bin/nbdkit
-    /usr/lib/x86_64-linux-gnu/nbdkit/plugins/nbdkit-memory-plugin.so"
+    /usr/lib/x86_64-linux-gnu/nbdkit/plugins/nbdkit-memory-plugin.so /usr/sbin/nbd-client
+    /usr/sbin/blkdiscard /usr/sbin/fstrim"
 GUEST_MODULES="configfs 9p 9pnet_virtio virtio_pci ublk_drv rdma_rxe ib_uverbs rdma_ucm ib_umad ib_srpt ib_srp
     target_core_mod target_core_file target_core_iblock sd_mod sg veth dummy nbd ext4 dm_multipath loop
     virtio_blk virtio_net
@@ -252,7 +253,8 @@ copy_with_libs() {
 
 base_key() {
     { echo "$KPKG $HOST_PKGS $GUEST_TOOLS $GUEST_MODULES"; declare -f stage_modules copy_file copy_with_libs image
-      dpkg-query -W busybox-static fio rdmacm-utils ibverbs-providers qemu-utils libnbd-bin perftest nbdkit 2>/dev/null
+      dpkg-query -W busybox-static fio rdmacm-utils ibverbs-providers qemu-utils libnbd-bin perftest nbdkit \
+          nbd-client util-linux 2>/dev/null
     } | sha256sum | cut -c1-12
 }
 

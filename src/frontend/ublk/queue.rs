@@ -1,5 +1,6 @@
 //! A ublk queue's thread: its io_uring loop over the queue's [`Path`].
 
+use super::zeroing::Zeroing;
 use super::{OnRemoved, QueueStatus, Waiting};
 use crate::channel::block::{BlockOp, Geometry};
 use crate::channel::{clock_ms, Done};
@@ -69,30 +70,39 @@ impl QueueError {
 struct Pending {
     tags: Vec<TagIo>,
     io: IoCounters,
+    /// Tags whose WRITE_ZEROES has another command to send ([`Queue::resubmit`]).
+    again: Vec<u16>,
+    /// The device's largest I/O: a zero write's most.
+    max_io: u32,
 }
 
 impl Pending {
-    fn new(depth: u16) -> Pending {
+    fn new(depth: u16, max_io: u32) -> Pending {
         let idle = TagIo {
             len: 0,
             rw: false,
             kind: IoKind::Other,
             started: Instant::now(),
+            zero: None,
         };
         Pending {
             tags: vec![idle; usize::from(depth)],
             io: IoCounters::default(),
+            again: Vec::new(),
+            max_io,
         }
     }
 }
 
-/// A tag's command: its length, whether its result is a byte count, its kind and when it came.
+/// A tag's command: its length, whether its result is a byte count, its kind and when it came,
+/// and for a WRITE_ZEROES, how far it got.
 #[derive(Clone, Copy)]
 struct TagIo {
     len: u32,
     rw: bool,
     kind: IoKind,
     started: Instant,
+    zero: Option<Zeroing>,
 }
 
 /// What a queue does besides its path: the device it belongs to and the polls it has armed on
@@ -148,7 +158,7 @@ pub(super) fn run_queue(
     // logs in from the loop, once the ring has taken the FETCH commands
     let mut path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
     path.join(shared.clone(), qid);
-    let mut pending = Pending::new(depth);
+    let mut pending = Pending::new(depth, max_io);
     let q = q
         .submit_fetch_commands_unified(BufDescList::Slices(Some(path.bufs().fetch_bufs())))
         .map_err(QueueError::ublk("submitting FETCH commands"))?;
@@ -213,6 +223,7 @@ impl Queue<'_> {
             }
             let (n, event) =
                 path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
+            self.resubmit(path, pending);
             self.follow_login(path);
             self.get_granted(path);
             spins = if n > 0 || !busy {
@@ -234,6 +245,32 @@ impl Queue<'_> {
             }
             if r.is_err() {
                 return;
+            }
+        }
+    }
+
+    /// Sends the next command of each WRITE_ZEROES that has one. The first refused WRITE SAME
+    /// turns the queue's later ones into zero writes from the start.
+    fn resubmit(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) {
+        while let Some(tag) = pending.again.pop() {
+            let Some(z) = pending.tags[usize::from(tag)].zero.as_mut() else {
+                continue;
+            };
+            if z.by_write() && self.geo.write_same {
+                self.geo.write_same = false;
+                tracing::warn!(
+                    "queue {}: the LUN refuses WRITE SAME: WRITE_ZEROES is carried out by writing \
+                     zeros",
+                    self.qid
+                );
+            }
+            let (op, off, len) = z.command(pending.max_io);
+            let geo = Geometry {
+                blocks: self.shared.blocks.load(Relaxed),
+                ..self.geo
+            };
+            if let Err(errno) = path.submit(tag, op, off, len, &geo) {
+                fail_now(self.q, path, pending, tag, errno);
             }
         }
     }
@@ -309,6 +346,7 @@ impl Queue<'_> {
         // a completion may have landed before the arm took effect (what else `service` reports
         // the loop sees on its next pass)
         let (n, _) = path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
+        self.resubmit(path, pending);
         self.follow_login(path);
         self.get_granted(path);
         if let (false, Some(t)) = (self.tick_poll, path.next_tick_in().or(idle_left)) {
@@ -499,9 +537,17 @@ fn cancel_poll(q: &UblkQueue, op: u32, gen: u16) {
     let _ = q.ublk_submit_sqe_sync(sqe);
 }
 
-/// Completes a finished command to ublk: a read's or write's byte count, or its errno.
-fn commit(q: &UblkQueue, bufs: &TagBufs, pending: &mut Pending, d: Done) {
+/// Completes a finished command to ublk: a read's or write's byte count, or its errno. A
+/// WRITE_ZEROES with more to do goes to [`Pending::again`] instead.
+fn commit(q: &UblkQueue, bufs: &TagBufs, pending: &mut Pending, mut d: Done) {
     let tag = d.tag;
+    if let Some(z) = pending.tags[usize::from(tag)].zero.as_mut() {
+        match z.finished(&d.outcome) {
+            None => return pending.again.push(tag),
+            Some(0) => {}
+            Some(errno) => d = Done::failed(tag, errno),
+        }
+    }
     let t = pending.tags[usize::from(tag)];
     let res = match d.outcome.bytes(t.len) {
         Ok(n) => {
@@ -611,6 +657,12 @@ fn start_io(
         }),
         _ => None,
     };
+    let zero = match block_op {
+        Some(BlockOp::WriteZeroes { may_unmap }) => {
+            Some(Zeroing::new(off, len, may_unmap, geo.write_same))
+        }
+        _ => None,
+    };
     let idx = usize::from(tag);
     pending.tags[idx] = TagIo {
         len,
@@ -621,18 +673,30 @@ fn start_io(
             _ => IoKind::Other,
         },
         started: Instant::now(),
+        zero,
     };
     let result = match block_op {
         None => Err(libc::EOPNOTSUPP),
-        Some(bop) => path.submit(tag, bop, off, len, &geo),
+        Some(bop) => {
+            let (op, off, len) = match pending.tags[idx].zero.as_mut() {
+                Some(z) => z.command(pending.max_io),
+                None => (bop, off, len),
+            };
+            path.submit(tag, op, off, len, &geo)
+        }
     };
     if let Err(errno) = result {
-        let kind = pending.tags[idx].kind;
-        pending.io.record(kind, len, false, 0);
-        let _ = q.complete_io_cmd_unified(
-            tag,
-            commit_buf(path.bufs(), tag, kind),
-            Ok(UblkIORes::Result(-errno)),
-        );
+        fail_now(q, path, pending, tag, errno);
     }
+}
+
+/// Completes ublk command `tag` at once with `errno` (nothing of it is out on the path).
+fn fail_now(q: &UblkQueue, path: &Path<Relogin>, pending: &mut Pending, tag: u16, errno: i32) {
+    let t = pending.tags[usize::from(tag)];
+    pending.io.record(t.kind, t.len, false, 0);
+    let _ = q.complete_io_cmd_unified(
+        tag,
+        commit_buf(path.bufs(), tag, t.kind),
+        Ok(UblkIORes::Result(-errno)),
+    );
 }
