@@ -446,8 +446,10 @@ impl Conn<'_> {
                 }
             }
             if self.splits.receiving() {
-                progress = true;
-                if self.receive() {
+                let at = self.rpos;
+                let more = self.receive();
+                progress |= self.rpos > at;
+                if more {
                     break; // more of the write's payload is to come
                 }
             }
