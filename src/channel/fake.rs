@@ -18,6 +18,8 @@ use crate::wire::srp::{
 use crate::wire::target::RkeyScope;
 use std::collections::VecDeque;
 
+mod fds;
+
 /// Faults to inject.
 #[derive(Clone, Debug, Default)]
 pub struct Faults {
@@ -98,6 +100,8 @@ pub struct FakeTarget {
     /// Open windows, by tag.
     windows: Vec<Option<FakeWindow>>,
     next_window_key: u32,
+    /// Real fds to sleep on ([`FakeTarget::with_fds`]).
+    fds: Option<Box<fds::Fds>>,
 }
 
 /// A SEND queued for the next chain: slot, length, immediate data, signalled.
@@ -151,6 +155,30 @@ impl FakeTarget {
             access_errors: 0,
             windows: Vec::new(),
             next_window_key: WINDOW_KEY_BASE,
+            fds: None,
+        }
+    }
+
+    /// This target with a completion channel and a connection manager fd a loop can sleep on
+    /// (poll(2)); its successors get fds of their own.
+    pub fn with_fds(mut self) -> Self {
+        self.fds = Some(fds::Fds::new());
+        self
+    }
+
+    /// The target disconnects the login (a DREQ): the connection manager's fd turns readable, and
+    /// once the initiator reads the event its queue pair is in the error state (its receives
+    /// complete flushed), as a real login's is.
+    pub fn disconnect(&mut self) {
+        if let Some(f) = &mut self.fds {
+            f.cm_event("DISCONNECTED");
+        }
+    }
+
+    /// Raises the completion channel when it is armed and a completion waits.
+    fn kick(&mut self) {
+        if let (true, false, Some(f)) = (self.armed, self.cq.is_empty(), &mut self.fds) {
+            f.notify();
         }
     }
 
@@ -182,6 +210,9 @@ impl FakeTarget {
         t.next_tag_key = self.next_tag_key;
         t.next_window_key = self.next_window_key;
         t.rkey_scope = self.rkey_scope;
+        if self.fds.is_some() {
+            t.fds = Some(fds::Fds::new());
+        }
         t
     }
 
@@ -328,6 +359,7 @@ impl FakeTarget {
     /// Delivers the held SEND completions.
     pub fn release_send_wcs(&mut self) {
         self.cq.extend(self.held_send_wcs.drain(..));
+        self.kick();
     }
 
     /// Whether a completion notification was requested.
@@ -398,6 +430,7 @@ impl FakeTarget {
             });
             self.outbox.pop_front();
         }
+        self.kick();
     }
 
     fn respond(&mut self, tag: u64, status: u8, sense: &[u8], resid: u32, flags: u8) -> Vec<u8> {
@@ -591,6 +624,7 @@ impl Transport for FakeTarget {
             }
             self.send_now(send)?;
         }
+        self.kick();
         Ok(())
     }
 
@@ -618,16 +652,40 @@ impl Transport for FakeTarget {
 
     fn arm(&mut self, sends: bool) -> Result<(), TransportError> {
         (self.armed, self.armed_sends) = (true, sends);
+        self.kick();
         Ok(())
     }
 
     fn notify_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
+        self.fds.as_ref().map(|f| f.cq_fd())
     }
 
     fn ack_notify(&mut self) -> Result<(), TransportError> {
         self.armed = false;
+        if let Some(f) = &mut self.fds {
+            f.ack();
+        }
         Ok(())
+    }
+
+    fn cm_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.fds.as_ref().map(|f| f.cm_fd())
+    }
+
+    fn poll_cm(&mut self) -> Option<String> {
+        let ev = self.fds.as_mut()?.next_event()?;
+        if ev == "DISCONNECTED" {
+            // rdma_disconnect: the queue pair goes to the error state, posted receives flush
+            self.outbox.clear();
+            self.cq.push_back(Wc {
+                kind: WcKind::Recv,
+                id: 0,
+                len: 0,
+                status: WcStatus::Flushed,
+            });
+            self.kick();
+        }
+        Some(ev.to_string())
     }
 
     fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError> {

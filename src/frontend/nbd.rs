@@ -10,6 +10,7 @@
 
 use crate::backend::MemDisk;
 use crate::channel::block::{BlockOp, FuaWrite, Geometry, WriteCache, LBA_STATUS_BYTES};
+use crate::path::{Connect, Event, Woken};
 use crate::session::timers::Timers;
 use crate::session::Relogin;
 mod exec;
@@ -237,6 +238,9 @@ fn step(ex: &Export, op: BlockOp, off: u64, len: u64, fua: bool) -> (BlockOp, u3
 const SPINS: u32 = 200;
 /// How long a connection keeps reading its socket after it last made progress before it sleeps.
 const SOCKET_SPIN: Duration = Duration::from_micros(50);
+/// The longest sleep of a connection whose path has no timed work: a backstop, as everything
+/// that needs the connection (the socket, a completion, the target's disconnect) wakes it.
+const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// The header of a successful read's reply of `len` bytes at `off` (the data follows it): one
 /// data chunk once structured replies are on, a simple reply otherwise.
@@ -261,28 +265,8 @@ fn error_reply(out: &mut Vec<u8>, neg: Negotiated, read: bool, e: u32, cookie: u
 }
 
 fn transmission(s: Stream, ex: &Export, exec: Exec, neg: Negotiated) -> io::Result<()> {
-    s.set_nonblocking(true)?;
     let depth = ex.depth();
-    let cap = 2 * (nbd::REQUEST_LEN + ex.max_io as usize);
-    Conn {
-        s,
-        ex,
-        exec,
-        neg,
-        free: (0..depth).rev().collect(),
-        tags: vec![TagReq::default(); usize::from(depth)],
-        rbuf: vec![0u8; cap],
-        rpos: 0,
-        rlen: 0,
-        skip: 0,
-        out: Vec::with_capacity(1 << 20),
-        opos: 0,
-        done: Vec::with_capacity(usize::from(depth)),
-        splits: Splits::default(),
-        disc: false,
-        eof: false,
-    }
-    .run()
+    Conn::new(s, ex, exec, neg, depth)?.run()
 }
 
 /// Replies waiting to be written past this stop the reading of requests.
@@ -290,10 +274,10 @@ const OUT_MAX: usize = 8 << 20;
 
 /// One connection in transmission: requests read from the socket into `rbuf`, sent on `exec`
 /// under a free tag, and answered in `out` as they complete (out of order).
-struct Conn<'a> {
+struct Conn<'a, C: Connect = Relogin> {
     s: Stream,
     ex: &'a Export,
-    exec: Exec,
+    exec: Exec<C>,
     neg: Negotiated,
     free: Vec<u16>,
     tags: Vec<TagReq>,
@@ -311,6 +295,14 @@ struct Conn<'a> {
     disc: bool,
     /// The client closed its side.
     eof: bool,
+    /// The path ended the connection ([`Conn::on_event`]).
+    ended: Option<Event>,
+}
+
+/// How long a connection has had nothing to do: it spins, then sleeps.
+struct Spin {
+    spins: u32,
+    last: Instant,
 }
 
 /// What a request gets before any command is sent for it.
@@ -372,44 +364,88 @@ fn after(ex: &Export, t: &TagReq, r: Result<u32, i32>) -> After {
     }
 }
 
-impl Conn<'_> {
+impl<'a, C: Connect> Conn<'a, C> {
+    /// A connection in transmission on `s` with `depth` tags.
+    fn new(
+        s: Stream,
+        ex: &'a Export,
+        exec: Exec<C>,
+        neg: Negotiated,
+        depth: u16,
+    ) -> io::Result<Self> {
+        s.set_nonblocking(true)?;
+        let cap = 2 * (nbd::REQUEST_LEN + ex.max_io as usize);
+        Ok(Conn {
+            s,
+            ex,
+            exec,
+            neg,
+            free: (0..depth).rev().collect(),
+            tags: vec![TagReq::default(); usize::from(depth)],
+            rbuf: vec![0u8; cap],
+            rpos: 0,
+            rlen: 0,
+            skip: 0,
+            out: Vec::with_capacity(1 << 20),
+            opos: 0,
+            done: Vec::with_capacity(usize::from(depth)),
+            splits: Splits::default(),
+            disc: false,
+            eof: false,
+            ended: None,
+        })
+    }
+
     fn run(mut self) -> io::Result<()> {
-        let mut spins = 0u32;
-        let mut last = Instant::now();
-        loop {
-            let mut progress = self.fill()?;
-            progress |= self.dispatch()?;
-            progress |= self.complete();
-            progress |= self.send()?;
-            // TLS records of what was written, as far as the socket takes them
-            let tls_left = self.s.flush_pending()?;
-            let idle = self.free.len() == self.tags.len();
-            if (self.disc || self.eof) && idle && self.out.is_empty() && !tls_left {
-                return Ok(());
-            }
-            if progress {
-                spins = 0;
-                last = Instant::now();
-                continue;
-            }
-            // nothing to do right now: spin a little while commands are in flight, then sleep
-            if self.exec.busy() && spins < SPINS {
-                spins += 1;
-                continue;
-            }
-            // and on the socket for a moment after the last request or reply: a client working at
-            // QD1 sends its next request within microseconds, and sleeping in poll(2) for it costs a
-            // wake-up on each side per request
-            if last.elapsed() < SOCKET_SPIN {
-                continue;
-            }
+        let mut spin = Spin {
+            spins: 0,
+            last: Instant::now(),
+        };
+        while !self.pass(&mut spin)? {}
+        Ok(())
+    }
+
+    /// One pass of the loop: read, dispatch, complete, reply, and sleep when there is nothing to
+    /// do. True once the connection is over.
+    fn pass(&mut self, spin: &mut Spin) -> io::Result<bool> {
+        let mut progress = self.fill()?;
+        progress |= self.dispatch()?;
+        progress |= self.complete();
+        progress |= self.send()?;
+        // TLS records of what was written, as far as the socket takes them
+        let tls_left = self.s.flush_pending()?;
+        let idle = self.free.len() == self.tags.len();
+        let over = (self.disc || self.eof) && idle || self.ended.is_some();
+        if over && self.out.is_empty() && !tls_left {
+            return Ok(true);
+        }
+        if progress {
+            (spin.spins, spin.last) = (0, Instant::now());
+            return Ok(false);
+        }
+        // nothing to do right now: spin a little while commands are in flight, then sleep
+        if self.exec.busy() && spin.spins < SPINS {
+            spin.spins += 1;
+            return Ok(false);
+        }
+        // and on the socket for a moment after the last request or reply: a client working at
+        // QD1 sends its next request within microseconds, and sleeping in poll(2) for it costs a
+        // wake-up on each side per request
+        if spin.last.elapsed() >= SOCKET_SPIN {
             self.wait(tls_left);
         }
+        Ok(false)
+    }
+
+    /// Whether requests are still read: not after the client's DISC or EOF, nor once the path
+    /// ended the connection.
+    fn reading(&self) -> bool {
+        !self.disc && !self.eof && self.ended.is_none()
     }
 
     /// Reads what the socket has, while there is room to act on it.
     fn fill(&mut self) -> io::Result<bool> {
-        if self.disc || self.eof || self.free.is_empty() || self.out.len() - self.opos >= OUT_MAX {
+        if !self.reading() || self.free.is_empty() || self.out.len() - self.opos >= OUT_MAX {
             return Ok(false);
         }
         let cap = self.rbuf.len();
@@ -436,7 +472,7 @@ impl Conn<'_> {
     /// Parses and dispatches every complete request.
     fn dispatch(&mut self) -> io::Result<bool> {
         let mut progress = false;
-        while !self.disc {
+        while self.reading() {
             if self.skip > 0 {
                 let n = self.skip.min((self.rlen - self.rpos) as u64) as usize;
                 self.rpos += n;
@@ -603,9 +639,36 @@ impl Conn<'_> {
         }
     }
 
+    /// Collects what the path finished into `done` and acts on what else it reports; returns how
+    /// many commands finished.
+    fn poll_exec(&mut self) -> usize {
+        let (n, event) = self.exec.poll(&mut self.done);
+        if let Some(e) = event {
+            self.on_event(e);
+        }
+        n
+    }
+
+    /// A path given up (dev_loss_tmo) or whose RDMA device is going away ends the connection once
+    /// the replies it has are sent: the client's next connection gets a channel that works (a new
+    /// login) or a clear refusal, where this one would answer every request with an error.
+    fn on_event(&mut self, e: Event) {
+        match e {
+            Event::Lost => tracing::warn!(
+                "NBD connection: its SRP channel is given up (dev_loss_tmo): closing the \
+                 connection; the client's next connection logs a new channel in"
+            ),
+            Event::Removed { .. } => tracing::warn!(
+                "NBD connection: the RDMA device under its SRP channel is going away: closing the \
+                 connection"
+            ),
+        }
+        self.ended = Some(e);
+    }
+
     /// Turns completions into replies, or into a request's next command.
     fn complete(&mut self) -> bool {
-        let progress = self.exec.poll(&mut self.done) > 0;
+        let progress = self.poll_exec() > 0;
         let mut done = std::mem::take(&mut self.done);
         for (tag, r) in done.drain(..) {
             let t = self.tags[usize::from(tag)];
@@ -702,9 +765,10 @@ impl Conn<'_> {
         Ok(progress)
     }
 
-    /// Sleeps until the socket or the channel has something (at most 100 ms: the path's timers).
+    /// Sleeps until the socket, the path's completion channel or its connection manager has
+    /// something, or until the path's next timed work ([`IDLE_WAIT`] at most).
     fn wait(&mut self, tls_left: bool) {
-        let want_read = !self.disc && !self.eof && !self.free.is_empty();
+        let want_read = self.reading() && !self.free.is_empty();
         if want_read && self.s.buffered() {
             return; // TLS holds decrypted requests: the socket need not be readable
         }
@@ -715,19 +779,25 @@ impl Conn<'_> {
         if !self.out.is_empty() || tls_left {
             ev |= libc::POLLOUT;
         }
-        let busy = self.exec.busy();
-        let cq = if busy { self.exec.arm() } else { None };
-        // re-poll after arming so a completion that raced the arm is not slept through
-        if busy && self.exec.poll(&mut self.done) > 0 {
+        let sleep = self.exec.sleep();
+        // a completion that landed before the arm is not slept through
+        if self.poll_exec() > 0 || self.ended.is_some() {
             return;
         }
-        let (_, cq_ready) = crate::rdma::poll_two(self.s.as_raw_fd(), ev, cq, 100);
-        if cq_ready {
-            self.exec.ack();
-        }
+        let timeout = sleep.deadline.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT));
+        let fds = [
+            (Some(self.s.as_raw_fd()), ev),
+            (sleep.cq, libc::POLLIN),
+            (sleep.cm, libc::POLLIN),
+        ];
+        let [_, cq, cm] = crate::rdma::poll_fds(fds, Some(timeout));
+        let gen = sleep.gen;
+        self.exec.woke(Woken { gen, cq, cm });
     }
 }
 
+#[cfg(test)]
+mod loop_tests;
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,14 +10,16 @@
 //! every channel of the device reconnects together (ib_srp's `srp_reconnect_rport`).
 //!
 //! A front end hands the path block operations and takes completions from [`Path::service`], asks
-//! it what to wait on ([`Path::arm`], [`Path::cm_fd`], [`Path::next_tick_in`]) and tells it the time;
-//! it never sees the transport.
+//! it what to wait on ([`Path::sleep`], the contract of [`drive`]) and tells it the time; it never
+//! sees the transport.
 
+mod drive;
 mod session;
 mod staging;
 #[cfg(test)]
 mod tests;
 
+pub use drive::{Sleep, Woken};
 pub use session::SessionLink;
 
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
@@ -173,6 +175,12 @@ impl<C: Connect> Path<C> {
     /// The channel (its counters and credits).
     pub fn channel(&self) -> &Channel<C::T> {
         &self.ch
+    }
+
+    /// The transport under the channel (tests reach the fake target through it).
+    #[cfg(test)]
+    pub(crate) fn transport_mut(&mut self) -> &mut C::T {
+        self.ch.transport()
     }
 
     /// The link's state.

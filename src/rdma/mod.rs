@@ -148,30 +148,27 @@ impl RdmaError {
     }
 }
 
-/// Waits (poll(2)) for `ev0` on `fd0` and for input on `fd1` (a completion channel's fd, say), at
-/// most `timeout_ms`; returns (fd0 ready, fd1 ready). Here because it is a system call on raw
+/// Waits (poll(2)) for each `(fd, events)` (an fd of `None` is left out), at most `timeout`
+/// (`None`: until one is ready); returns which were ready. Here because it is a system call on raw
 /// descriptors, as the rest of this module's.
-pub fn poll_two(fd0: RawFd, ev0: i16, fd1: Option<RawFd>, timeout_ms: i32) -> (bool, bool) {
-    let mut fds = [
-        libc::pollfd {
-            fd: fd0,
-            events: ev0,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: fd1.unwrap_or(-1),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    // SAFETY: poll(2) reads two pollfd entries that live on this stack for the call and writes
-    // only their revents; a descriptor that is closed or negative is reported (POLLNVAL) or ignored,
-    // never dereferenced.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+pub fn poll_fds<const N: usize>(
+    fds: [(Option<RawFd>, i16); N],
+    timeout: Option<std::time::Duration>,
+) -> [bool; N] {
+    let mut pfds = fds.map(|(fd, events)| libc::pollfd {
+        fd: fd.unwrap_or(-1),
+        events,
+        revents: 0,
+    });
+    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+    // SAFETY: poll(2) reads N pollfd entries that live on this stack for the call and writes only
+    // their revents; a negative descriptor is ignored and a closed one reported (POLLNVAL), never
+    // dereferenced.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, ms) };
     if n <= 0 {
-        return (false, false);
+        return [false; N];
     }
-    (fds[0].revents != 0, fds[1].revents != 0)
+    pfds.map(|p| p.revents != 0)
 }
 
 /// Whether RDMA device `name` (e.g. "rxe0") can be opened for verbs: its uverbs node is listed

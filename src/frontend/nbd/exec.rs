@@ -4,23 +4,23 @@ use super::pool::{self, Pool};
 use super::{Export, Source};
 use crate::backend::MemDisk;
 use crate::channel::block::{BlockOp, Geometry};
-use crate::channel::clock_ms;
-use crate::path::{Path, Returned};
+use crate::channel::{clock_ms, Channel};
+use crate::path::{Connect, Event, Path, Returned, Sleep, Woken};
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
 use crate::session::Relogin;
-use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Executes block operations for one connection: on its SRP path, or on a demo backend.
+/// Executes block operations for one connection: on its SRP path, or on a demo backend. `C` is
+/// how the path logs in again (tests drive a connection over the fake target).
 // one per connection, created once and never moved on the I/O path: its size does not matter
 #[allow(clippy::large_enum_variant)]
-pub(super) enum Exec {
+pub(super) enum Exec<C: Connect = Relogin> {
     Srp {
-        path: Option<Path<Relogin>>,
+        path: Option<Path<C>>,
         geo: Geometry,
-        pool: Arc<Pool>,
+        pool: Arc<Pool<Channel<C::T>>>,
     },
     Demo {
         disk: Option<Arc<MemDisk>>,
@@ -33,7 +33,7 @@ pub(super) enum Exec {
 /// dropped rather than given back.
 pub(super) const DRAIN_WAIT: Duration = Duration::from_secs(10);
 
-impl Drop for Exec {
+impl<C: Connect> Drop for Exec<C> {
     fn drop(&mut self) {
         let Exec::Srp { path, pool, .. } = self else {
             return;
@@ -101,7 +101,9 @@ impl Exec {
             }),
         }
     }
+}
 
+impl<C: Connect> Exec<C> {
     pub(super) fn buf(&mut self, tag: u16) -> &mut [u8] {
         match self {
             Exec::Srp { path: Some(p), .. } => p.buf(tag),
@@ -140,25 +142,27 @@ impl Exec {
     }
 
     /// Collects finished commands into `out`, each with its residual byte count on success;
-    /// returns how many completions were processed.
-    pub(super) fn poll(&mut self, out: &mut Vec<(u16, Result<u32, i32>)>) -> usize {
+    /// returns how many completions were processed, and what the path says besides.
+    pub(super) fn poll(
+        &mut self,
+        out: &mut Vec<(u16, Result<u32, i32>)>,
+    ) -> (usize, Option<Event>) {
         match self {
             Exec::Srp { path: Some(p), .. } => {
                 p.tick(clock_ms());
-                let (n, _event) = p.service(Instant::now(), &mut |d, _| {
+                p.service(Instant::now(), &mut |d, _| {
                     let r = match d.outcome.errno {
                         0 => Ok(d.outcome.resid),
                         e => Err(e),
                     };
                     out.push((d.tag, r));
-                });
-                n
+                })
             }
-            Exec::Srp { path: None, .. } => 0,
+            Exec::Srp { path: None, .. } => (0, None),
             Exec::Demo { done, .. } => {
                 let n = done.len();
                 out.append(done);
-                n
+                (n, None)
             }
         }
     }
@@ -179,16 +183,19 @@ impl Exec {
         }
     }
 
-    pub(super) fn arm(&mut self) -> Option<RawFd> {
+    /// What may wake the connection: its path's [`Sleep`], the completion channel armed (an
+    /// idle connection hears an unsolicited IU or a flush at once); nothing for a demo backend.
+    pub(super) fn sleep(&mut self) -> Sleep {
         match self {
-            Exec::Srp { path: Some(p), .. } => p.arm(),
-            _ => None,
+            Exec::Srp { path: Some(p), .. } => p.sleep(true),
+            _ => Sleep::default(),
         }
     }
 
-    pub(super) fn ack(&mut self) {
+    /// What was ready when the connection woke ([`Path::woke`]).
+    pub(super) fn woke(&mut self, w: Woken) {
         if let Exec::Srp { path: Some(p), .. } = self {
-            p.ack();
+            p.woke(w);
         }
     }
 }

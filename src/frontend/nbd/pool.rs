@@ -40,7 +40,7 @@ pub(super) enum PoolError {
 }
 
 /// Logs a replacement channel in.
-type Login<C> = Box<dyn Fn() -> Result<C, SessionError> + Send + Sync>;
+pub(super) type Login<C> = Box<dyn Fn() -> Result<C, SessionError> + Send + Sync>;
 
 /// The export's channels (`C` is a channel; tests use a stand-in).
 pub struct Pool<C = SrpChannel> {
@@ -74,7 +74,12 @@ impl Pool {
 }
 
 impl<C> Pool<C> {
-    fn with_login(channels: Vec<C>, login: Login<C>, grace: Duration, drain: Duration) -> Self {
+    pub(super) fn with_login(
+        channels: Vec<C>,
+        login: Login<C>,
+        grace: Duration,
+        drain: Duration,
+    ) -> Self {
         Pool {
             max: channels.len(),
             state: Mutex::new(State {

@@ -8,6 +8,7 @@
 
 use super::{error_reply, read_reply_header, step, Conn, TagReq};
 use crate::channel::block::BlockOp;
+use crate::path::Connect;
 use crate::wire::nbd::{self, cmd, cmdflag, err, Request};
 
 /// The largest READ or WRITE served: what qemu-nbd and nbdkit accept, and the largest request the
@@ -54,7 +55,7 @@ impl Splits {
     }
 }
 
-impl Conn<'_> {
+impl<C: Connect> Conn<'_, C> {
     /// Takes `req` (a READ or WRITE longer than one command) as a split request; false when the
     /// budget is spent (it waits in the stream for one to end).
     pub(super) fn open_split(&mut self, req: &Request) -> bool {

@@ -4,7 +4,7 @@ use super::zeroing::Zeroing;
 use super::{OnRemoved, QueueStatus, Waiting};
 use crate::channel::block::{BlockOp, Geometry};
 use crate::channel::{clock_ms, Done};
-use crate::path::{Event, Path, PathError, SessionLink, DOWN_TICK};
+use crate::path::{Event, Path, PathError, SessionLink, Woken, DOWN_TICK};
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
 use crate::session::Relogin;
@@ -209,15 +209,12 @@ impl Queue<'_> {
             if to_wait == 1 && (self.prepare_sleep(path, pending) || path.commits_hold_waiters()) {
                 to_wait = 0;
             }
-            let (cq_fired, cm_fired, r) = self.reap(path, pending, to_wait, up, loops);
-            if cq_fired {
-                self.cq_poll = false;
-                path.ack();
-            }
-            if cm_fired {
-                self.cm_poll = false;
-                path.drain_cm();
-            }
+            let (cq, cm, r) = self.reap(path, pending, to_wait, up, loops);
+            // a poll that fired is spent; what it reports goes to the path
+            self.cq_poll &= !cq;
+            self.cm_poll &= !cm;
+            let gen = self.armed_gen;
+            path.woke(Woken { gen, cq, cm });
             if !self.wake_poll {
                 self.shared.ack_wake(self.qid);
             }
@@ -337,10 +334,9 @@ impl Queue<'_> {
         // completions too (a command waits for a slot, or a lone command's early wake-up): then
         // the send CQ is armed as well (same fd; a CQ still armed is not armed again)
         if idle_left.is_none() && (!self.cq_poll || path.wants_send_completions()) {
-            if let Some(fd) = path.arm() {
-                if !self.cq_poll {
-                    self.cq_poll = submit_poll(self.q, fd, OP_POLL_CQ, path.gen());
-                }
+            let sleep = path.sleep(true);
+            if let (false, Some(fd)) = (self.cq_poll, sleep.cq) {
+                self.cq_poll = submit_poll(self.q, fd, OP_POLL_CQ, sleep.gen);
             }
         }
         // a completion may have landed before the arm took effect (what else `service` reports
