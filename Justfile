@@ -120,10 +120,17 @@ bench-wire: deps
 # The binary goes to /usr/sbin, where the units and udev rules look for it. Afterwards:
 # systemctl daemon-reload && udevadm control --reload
 
-# install the binary, systemd units, udev rules and docs as a package would (root; DESTDIR= to stage)
+# install the binary, systemd units, udev rules, man pages, completions and docs as a package would (root; DESTDIR= to stage)
 install: build
     install -D -m 755 target/release/srp-ublk "${DESTDIR:-}/usr/sbin/srp-ublk"
     install -d "${DESTDIR:-}/usr/lib/systemd/system" "${DESTDIR:-}/usr/lib/udev/rules.d" "${DESTDIR:-}/usr/share/doc/srp-ublk" "${DESTDIR:-}/etc/srp-ublk/targets.d"
     install -m 644 systemd/*.service "${DESTDIR:-}/usr/lib/systemd/system/"
     install -m 644 udev/*.rules "${DESTDIR:-}/usr/lib/udev/rules.d/"
     install -m 644 docs/*.md docs/multipath-srp-ublk.conf "${DESTDIR:-}/usr/share/doc/srp-ublk/"
+    # man pages and completions, generated from the binary's own command line
+    rm -rf target/man8 && target/release/srp-ublk man target/man8 && gzip -9nf target/man8/*.8
+    install -D -m 644 -t "${DESTDIR:-}/usr/share/man/man8" target/man8/*.8.gz
+    install -d "${DESTDIR:-}/usr/share/bash-completion/completions" "${DESTDIR:-}/usr/share/zsh/vendor-completions" "${DESTDIR:-}/usr/share/fish/vendor_completions.d"
+    target/release/srp-ublk completions bash > "${DESTDIR:-}/usr/share/bash-completion/completions/srp-ublk"
+    target/release/srp-ublk completions zsh > "${DESTDIR:-}/usr/share/zsh/vendor-completions/_srp-ublk"
+    target/release/srp-ublk completions fish > "${DESTDIR:-}/usr/share/fish/vendor_completions.d/srp-ublk.fish"

@@ -7,6 +7,7 @@ pub mod discover;
 pub mod features;
 pub mod list;
 pub mod logfile;
+pub mod manual;
 pub mod recover;
 pub mod resize;
 pub mod serve;
@@ -144,7 +145,14 @@ impl SessionArgs {
 
 /// srp-ublk: SRP LUNs over RDMA as /dev/ublkbN block devices and NBD exports.
 #[derive(Debug, Parser)]
-#[command(name = "srp-ublk", version, about, propagate_version = true)]
+#[command(
+    name = "srp-ublk",
+    version = VERSION,
+    long_version = LONG_VERSION,
+    about,
+    long_about = LONG_ABOUT,
+    propagate_version = true
+)]
 pub struct Cli {
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. "debug" or "srp_ublk=trace".
     #[arg(
@@ -158,6 +166,36 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// `srp-ublk -V`: the version and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("SRP_UBLK_COMMIT"),
+    ")"
+);
+
+/// `srp-ublk --version`: also what it needs from the host.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("SRP_UBLK_COMMIT"),
+    ")\n",
+    "needs: Linux 6.0 or later with ublk_drv (UBLK_F_USER_RECOVERY, USER_RECOVERY_REISSUE, \
+     NEED_GET_DATA), libibverbs and librdmacm with the RDMA device's provider\n",
+    "tested: Linux 6.12 and 6.18 (Debian) over soft-RoCE; live resize needs 6.16 (UPDATE_SIZE)\n",
+    "see what this host has: srp-ublk features"
+);
+
+/// What srp-ublk(8) and `srp-ublk --help` say it is.
+const LONG_ABOUT: &str = "srp-ublk is a userspace SRP (SCSI RDMA Protocol) initiator. It logs in \
+to an SRP target over RDMA (InfiniBand, RoCE or iWARP) and presents a LUN as a block device, \
+/dev/ublkbN (through the kernel's ublk driver), or as an NBD export for VM hosts (`serve`). Each \
+device queue has its own SRP channel on its own thread. It takes the target strings of the \
+kernel's ib_srp (add_target) and of srp_daemon, keeps ib_srp's reconnect_delay, \
+fast_io_fail_tmo and dev_loss_tmo, and runs under systemd from /etc/srp-ublk/targets.d (`up`). \
+Each device is served by a daemon that `add` starts; `list`, `stats`, `del`, `recover` and \
+`upgrade` act on it through /run/srp-ublk.";
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
@@ -194,6 +232,11 @@ pub enum Command {
     /// Work with target strings (ib_srp add_target syntax, srp_daemon lines and rules).
     #[command(subcommand)]
     Target(target::TargetCmd),
+    /// Print a shell's completion script (bash, zsh, fish, elvish, powershell).
+    Completions(manual::CompletionsArgs),
+    /// Write the man pages into a directory (for packaging).
+    #[command(hide = true)]
+    Man(manual::ManArgs),
 }
 
 /// Runs the parsed command line.
@@ -213,5 +256,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Up(a) => up::run_up(a),
         Command::Down(a) => up::run_down(a),
         Command::Upgrade(a) => upgrade::run(a),
+        Command::Completions(a) => manual::completions(a),
+        Command::Man(a) => manual::man(a),
     }
 }
