@@ -40,22 +40,26 @@ impl Instant {
 }
 
 impl Transport for Instant {
+    type Registered = ();
     fn register_bufs(
         &mut self,
         bufs: &srp_ublk::rdma::TagBufs,
-    ) -> Result<Vec<DataBuf>, srp_ublk::channel::TransportError> {
-        Ok(bufs
-            .ios()
-            .iter()
-            .map(|b| DataBuf {
-                addr: b.as_ptr() as u64,
-                len: b.len() as u32,
+    ) -> Result<((), Vec<DataBuf>), srp_ublk::channel::TransportError> {
+        let descs = bufs
+            .region_spans()
+            .map(|(addr, len)| DataBuf {
+                addr,
+                len,
                 lkey: 1,
                 rkey: 1,
             })
-            .collect())
+            .collect();
+        Ok(((), descs))
     }
-    fn forget_bufs(&mut self) {}
+    fn adopt(&mut self, _: &()) -> bool {
+        true
+    }
+    fn release_bufs(&mut self) {}
     fn send_buf(&mut self, slot: u16) -> &mut [u8] {
         &mut self.send[usize::from(slot)]
     }

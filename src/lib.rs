@@ -19,3 +19,19 @@ pub mod rdma;
 pub mod session;
 pub mod stats;
 pub mod wire;
+
+/// An error and its causes (its `source` chain) for a log line: "what: why: ...", as anyhow's
+/// `{:#}` prints them at the binary's edge.
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}

@@ -24,7 +24,8 @@ fn prometheus_text_parses_and_carries_the_counters() {
         "queues": [{"qid": 0, "tid": 1, "req_lim_login": 128, "req_lim": 128, "cmds": 6,
                     "credit_stalls": 3, "slot_stalls": 4, "buffer_stalls": 5, "state": "running",
                     "reconnects": 2, "aborts": 1,
-                    "io": io}]
+                    "io": io}],
+        "memory": {"domains": 1, "registrations": 4, "pinned_bytes": 25165824}
     });
     std::fs::write(dir.join("ublkb7.json"), state.to_string()).unwrap();
     let out = dir.join("srp-ublk.prom");
@@ -66,6 +67,9 @@ for fam in text_string_to_metric_families(text):
         "counter srp_ublk_reconnects_total - 2.0",
         "counter srp_ublk_aborts_total - 1.0",
         "gauge srp_ublk_queue_running - 0.0", // pid 1 is not this device's daemon
+        "counter srp_ublk_protection_domains_total - 1.0",
+        "counter srp_ublk_registrations_total - 4.0",
+        "gauge srp_ublk_pinned_bytes - 25165824.0",
         "histogram srp_ublk_io_latency_seconds_bucket 0.000127 3.0", // 90, 100, 110 us
         "histogram srp_ublk_io_latency_seconds_bucket 0.000511 4.0", // and 500 us
         "histogram srp_ublk_io_latency_seconds_bucket 0.001023 4.0",

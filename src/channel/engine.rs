@@ -30,7 +30,8 @@
 //! - Nothing here allocates after construction.
 
 use super::{
-    DataBuf, DataDir, RemoteAccess, ScsiCmd, Transport, TransportError, Wc, WcKind, WcStatus,
+    DataBuf, DataDir, RemoteAccess, ScsiCmd, Transport, TransportCause, TransportError, Wc, WcKind,
+    WcStatus,
 };
 use crate::wire::scsi::sense::errno;
 use crate::wire::scsi::{classify, Action, Refresh, ScsiStatus, Sense};
@@ -356,7 +357,7 @@ impl<T: Transport> Channel<T> {
         let Some((slot, every)) = self.slots.next() else {
             return Err(TransportError {
                 op: "send SRP_CMD",
-                detail: "no free send slot".into(),
+                cause: TransportCause::NoSendSlot,
             });
         };
         let e = &mut self.tags[idx];
@@ -388,7 +389,7 @@ impl<T: Transport> Channel<T> {
             .encode(self.t.send_buf(slot), self.cfg.imm_data_offset)
             .map_err(|e| TransportError {
                 op: "encode SRP_CMD",
-                detail: e.to_string(),
+                cause: TransportCause::Encode(e),
             })?;
         let lone = self.busy == 1;
         let signal = every || lone;

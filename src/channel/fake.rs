@@ -8,7 +8,10 @@
 //! per command ([`Transport::open_window`]), in its direction and range, until it is closed; a
 //! remote access outside one fails the way a real HCA fails it (the QP goes to the error state).
 
-use super::{DataBuf, PortDown, RemoteAccess, Transport, TransportError, Wc, WcKind, WcStatus};
+use super::{
+    DataBuf, PortDown, RemoteAccess, Transport, TransportCause, TransportError, Wc, WcKind,
+    WcStatus,
+};
 use crate::rdma::{Keep, TagBufs};
 use crate::wire::scsi::cdb::op;
 use crate::wire::srp::{
@@ -73,9 +76,14 @@ pub struct FakeTarget {
     recv: Vec<Vec<u8>>,
     recv_posted: Vec<bool>,
     bufs: Vec<Vec<u8>>,
-    /// Tag buffers registered by [`Transport::register_bufs`]: (first key, how many, the memory).
+    /// Tag buffers registered by [`Transport::register_bufs`] or adopted: (first key, how many,
+    /// the memory).
     tag_bufs: Vec<(u32, u32, Keep)>,
     next_tag_key: u32,
+    /// The simulated RDMA device: a registration made on one serves a login on the same one.
+    pub device: u32,
+    /// Registrations made ([`Transport::register_bufs`]), by this login and its predecessors.
+    pub registrations: u32,
     cq: VecDeque<Wc>,
     outbox: VecDeque<Vec<u8>>,
     held: Vec<Vec<u8>>,
@@ -102,6 +110,13 @@ pub struct FakeTarget {
     next_window_key: u32,
     /// Real fds to sleep on ([`FakeTarget::with_fds`]).
     fds: Option<Box<fds::Fds>>,
+}
+
+/// Tag buffers registered on a fake device: their first key and memory.
+pub struct FakeRegistration {
+    device: u32,
+    first: u32,
+    keep: Keep,
 }
 
 /// A SEND queued for the next chain: slot, length, immediate data, signalled.
@@ -140,6 +155,8 @@ impl FakeTarget {
             bufs: Vec::new(),
             tag_bufs: Vec::new(),
             next_tag_key: TAG_KEY_BASE,
+            device: 0,
+            registrations: 0,
             cq: VecDeque::new(),
             outbox: VecDeque::new(),
             held: Vec::new(),
@@ -206,8 +223,9 @@ impl FakeTarget {
         );
         t.disk = std::mem::take(&mut self.disk);
         t.bufs = std::mem::take(&mut self.bufs);
-        // keys are never reused: a late access with an old login's key fails
+        // keys are never reused: a late access with an old registration's key fails
         t.next_tag_key = self.next_tag_key;
+        (t.device, t.registrations) = (self.device, self.registrations);
         t.next_window_key = self.next_window_key;
         t.rkey_scope = self.rkey_scope;
         if self.fds.is_some() {
@@ -250,7 +268,9 @@ impl FakeTarget {
     /// Reads `len` bytes at `va` of buffer `lkey` (a local gather, or a remote read let through).
     fn local_read(&mut self, lkey: u32, va: u64, len: u32) -> Option<Vec<u8>> {
         match self.tag_mem(lkey) {
-            Some(k) => k.dma_read(va, len as usize),
+            // SAFETY: the fake runs only inside the path's transport calls, while the path holds
+            // no reference to its buffers' memory (it makes them only between those calls).
+            Some(k) => unsafe { k.dma_read(va, len as usize) },
             None => self.mem(lkey, va, len).map(|m| m.to_vec()),
         }
     }
@@ -270,7 +290,8 @@ impl FakeTarget {
             return false;
         };
         match self.tag_mem(lkey) {
-            Some(k) => k.dma_write(va, data),
+            // SAFETY: as in `local_read`.
+            Some(k) => unsafe { k.dma_write(va, data) },
             None => match self.mem(lkey, va, len) {
                 Some(m) => {
                     m[..data.len()].copy_from_slice(data);
@@ -377,7 +398,7 @@ impl FakeTarget {
                 .local_read(b.lkey, b.addr, b.len)
                 .ok_or(TransportError {
                     op: "fake post_send",
-                    detail: "immediate data buffer not registered".into(),
+                    cause: TransportCause::UnknownKey(b.lkey),
                 })?;
             iu.extend_from_slice(&data);
         }
@@ -597,6 +618,8 @@ pub fn sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
 }
 
 impl Transport for FakeTarget {
+    type Registered = FakeRegistration;
+
     fn send_buf(&mut self, slot: u16) -> &mut [u8] {
         &mut self.send_slots[usize::from(slot)]
     }
@@ -619,7 +642,7 @@ impl Transport for FakeTarget {
             if fail_at == Some(i) {
                 return Err(TransportError {
                     op: "fake post_send",
-                    detail: format!("work request {i} of the chain refused"),
+                    cause: TransportCause::Injected(i),
                 });
             }
             self.send_now(send)?;
@@ -688,13 +711,17 @@ impl Transport for FakeTarget {
         Some(ev.to_string())
     }
 
-    fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError> {
+    fn register_bufs(
+        &mut self,
+        bufs: &TagBufs,
+    ) -> Result<(FakeRegistration, Vec<DataBuf>), TransportError> {
         let first = self.next_tag_key;
         let keep = bufs.keep();
         let n = keep.regions() as u32;
         self.next_tag_key += n;
-        self.tag_bufs.push((first, n, keep));
-        Ok(bufs
+        self.registrations += 1;
+        self.tag_bufs.push((first, n, keep.clone()));
+        let descs = bufs
             .region_spans()
             .zip(first..)
             .map(|((addr, len), key)| DataBuf {
@@ -703,10 +730,25 @@ impl Transport for FakeTarget {
                 lkey: key,
                 rkey: key,
             })
-            .collect())
+            .collect();
+        let reg = FakeRegistration {
+            device: self.device,
+            first,
+            keep,
+        };
+        Ok((reg, descs))
     }
 
-    fn forget_bufs(&mut self) {
+    fn adopt(&mut self, reg: &FakeRegistration) -> bool {
+        if reg.device != self.device {
+            return false;
+        }
+        let n = reg.keep.regions() as u32;
+        self.tag_bufs.push((reg.first, n, reg.keep.clone()));
+        true
+    }
+
+    fn release_bufs(&mut self) {
         self.tag_bufs.clear();
     }
 

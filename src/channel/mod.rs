@@ -98,16 +98,57 @@ pub struct Wc {
 
 /// A transport operation that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{op} failed: {detail}")]
+#[error("{op} failed")]
 pub struct TransportError {
     /// The operation (e.g. "ibv_post_send").
     pub op: &'static str,
-    /// Why (errno text or the fake's reason).
-    pub detail: String,
+    /// Why.
+    #[source]
+    pub cause: TransportCause,
+}
+
+/// Why a transport operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportCause {
+    /// The channel is stopped: it went down and waits for its reconnect.
+    #[error("the channel is stopped (reconnecting)")]
+    Stopped,
+    /// Every send slot is in use.
+    #[error("no free send slot")]
+    NoSendSlot,
+    /// A send slot or length outside the login's.
+    #[error("send slot {slot} / length {len} is outside the login's send slots")]
+    BadSlot {
+        /// The slot.
+        slot: u16,
+        /// The length.
+        len: usize,
+    },
+    /// A receive buffer outside the login's.
+    #[error("receive buffer {0} is outside the login's")]
+    BadRecv(u16),
+    /// A descriptor whose local key no registration of this login has.
+    #[error("no registration has local key {0:#x}")]
+    UnknownKey(u32),
+    /// A tag with no memory window.
+    #[error("no memory window for tag {0}")]
+    NoWindow(u16),
+    /// The IU does not encode.
+    #[error("the IU does not encode")]
+    Encode(#[source] crate::wire::WireError),
+    /// A verbs call failed with this errno.
+    #[error("{}", std::io::Error::from_raw_os_error(*.0))]
+    Os(i32),
+    /// The fake target refused work request N of a chain, as told to.
+    #[error("work request {0} of the chain refused (injected)")]
+    Injected(usize),
 }
 
 /// What the channel engine needs from the RDMA connection (or from a fake target).
 pub trait Transport {
+    /// Buffers registered through [`Transport::register_bufs`].
+    type Registered: Send;
     /// Send slot `slot`'s buffer, where an IU is encoded before [`Transport::post_send`].
     fn send_buf(&mut self, slot: u16) -> &mut [u8];
     /// Queues the first `len` bytes of send slot `slot` as one SEND (posted by
@@ -150,11 +191,19 @@ pub trait Transport {
     fn link_down(&mut self) -> Option<PortDown> {
         None
     }
-    /// Registers `bufs` for the target's RDMA on this login; one descriptor per buffer. The login
-    /// keeps the memory alive as long as the registration.
-    fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError>;
-    /// Drops the registrations of [`Transport::register_bufs`] (nothing in flight uses them).
-    fn forget_bufs(&mut self);
+    /// Registers `bufs` for the target's RDMA on this transport's device: the registration (the
+    /// memory kept allocated while it lives), and one descriptor per region. A path keeps it from
+    /// one login to the next ([`Transport::adopt`]).
+    fn register_bufs(
+        &mut self,
+        bufs: &TagBufs,
+    ) -> Result<(Self::Registered, Vec<DataBuf>), TransportError>;
+    /// Whether `reg`, registered on an earlier login, serves this one too (the same device and
+    /// access): the target then reaches the buffers through it, with the keys it had.
+    fn adopt(&mut self, reg: &Self::Registered) -> bool;
+    /// Lets go of registered buffers (nothing in flight uses them): what closes their windows
+    /// goes out now, so that the registration can be dropped.
+    fn release_bufs(&mut self);
     /// Opens `buf` to the target for the command on tag `win`, in the one direction `access`
     /// names, until [`Transport::close_window`]: returns the descriptor to send, whose `rkey`
     /// reaches that byte range only. Queued ahead of the command's SEND, in the same chain.

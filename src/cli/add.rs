@@ -759,6 +759,7 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus
     state.updated_ms = epoch_ms(SystemTime::now());
     state.capacity_checks = cap.checks.load(Relaxed);
     state.capacity_check_failures = cap.failures.load(Relaxed);
+    state.memory = Some(srp_ublk::rdma::mem::counts());
     for (q, s) in state.queues.iter_mut().zip(status) {
         q.tid = s.tid.load(Relaxed);
         q.req_lim = s.req_lim.load(Relaxed);

@@ -106,6 +106,14 @@ fn print_device(d: &DeviceState) {
             show_tmo(t.dev_loss_tmo)
         );
     }
+    if let Some(m) = &d.memory {
+        println!(
+            "    memory {} protection domain(s), {} data registration(s), {} KiB pinned",
+            m.domains,
+            m.registrations,
+            m.pinned_bytes >> 10
+        );
+    }
     for q in &d.queues {
         println!(
             "    q{} channel {} via {}: tid {} cpus {} credits {} (login {}) cmds {} credit stalls {} reconnects {}",

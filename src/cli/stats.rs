@@ -321,6 +321,7 @@ fn prometheus(devs: &[DeviceState]) -> String {
             let _ = writeln!(s, "{name}{{{}}} {up}", label(d, q.qid));
         }
     }
+    memory(&mut s, devs);
     let name = "srp_ublk_io_latency_seconds";
     let _ = writeln!(s, "# HELP {name} Time from the block layer's request to its completion.\n# TYPE {name} histogram");
     for d in devs {
@@ -329,6 +330,41 @@ fn prometheus(devs: &[DeviceState]) -> String {
         }
     }
     s
+}
+
+/// Each device's daemon's registrations with its RDMA devices (absent for older daemons).
+fn memory(s: &mut String, devs: &[DeviceState]) {
+    type Get = fn(&srp_ublk::rdma::mem::MemCounts) -> u64;
+    let metrics: [(&str, &str, &str, Get); 3] = [
+        (
+            "srp_ublk_protection_domains_total",
+            "counter",
+            "RDMA protection domains the device's daemon allocated (one per RDMA device used).",
+            |m| m.domains,
+        ),
+        (
+            "srp_ublk_registrations_total",
+            "counter",
+            "Data buffer regions the device's daemon registered (a reconnect on the same RDMA \
+             device adds none).",
+            |m| m.registrations,
+        ),
+        (
+            "srp_ublk_pinned_bytes",
+            "gauge",
+            "Bytes of data buffers the device's daemon has registered (pinned) now.",
+            |m| m.pinned_bytes,
+        ),
+    ];
+    for (name, kind, help, get) in metrics {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for d in devs {
+            if let Some(m) = &d.memory {
+                let l = format!("device=\"ublkb{}\",lun=\"{}\"", d.dev_id, d.lun);
+                let _ = writeln!(s, "{name}{{{l}}} {}", get(m));
+            }
+        }
+    }
 }
 
 /// One queue's latency histogram in Prometheus' cumulative buckets (`le` at powers of two

@@ -37,7 +37,7 @@ pub trait Connect {
     /// The transport a login gives.
     type T: Transport;
     /// Why a login failed.
-    type Error: std::fmt::Display;
+    type Error: std::error::Error + 'static;
     /// A new login to the target `old` was logged in to.
     fn connect(&self, old: &mut Self::T) -> Result<Fresh<Self::T>, Self::Error>;
 }
@@ -64,6 +64,17 @@ impl Connect for Relogin {
             max_imm: f.max_imm,
         })
     }
+}
+
+/// Why a reconnect attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum ReconnectError<E: std::error::Error + 'static> {
+    /// The login.
+    #[error(transparent)]
+    Login(E),
+    /// Registering the buffers on the new login's device.
+    #[error("registering the tag buffers")]
+    Register(#[source] TransportError),
 }
 
 /// What went wrong setting a path up.
@@ -100,7 +111,10 @@ pub struct Path<C: Connect> {
     /// Dropped before `bufs` (field order); each login also keeps the memory it registered.
     ch: Channel<C::T>,
     bufs: TagBufs,
-    /// This login's descriptor of each registered region: tag `t`'s head at `t`, then the area
+    /// The buffers' registration, kept from one login to the next on the same device (none while
+    /// the channel starts down, or after its device went away).
+    reg: Option<<C::T as Transport>::Registered>,
+    /// The descriptor of each registered region: tag `t`'s head at `t`, then the area
     /// ([`TagBufs::area_region`]).
     data: Vec<DataBuf>,
     /// Which tag holds which span of the area, and the commands waiting for room.
@@ -129,17 +143,20 @@ impl<C: Connect> Path<C> {
         rport: Rport,
         name: String,
     ) -> Result<Path<C>, PathError> {
-        let data = if ch.transport().is_stopped() {
-            unregistered(&bufs)
+        let (reg, data) = if ch.transport().is_stopped() {
+            (None, unregistered(&bufs))
         } else {
-            ch.transport()
+            let (reg, data) = ch
+                .transport()
                 .register_bufs(&bufs)
-                .map_err(PathError::Register)?
+                .map_err(PathError::Register)?;
+            (Some(reg), data)
         };
         let mut p = Path {
             ch,
             stage: Staging::new(&bufs),
             bufs,
+            reg,
             data,
             rport,
             connect,
@@ -504,6 +521,8 @@ impl<C: Connect> Path<C> {
         let mut event = None;
         // the device under the channel is going away: let go of what is ours on it at once
         if self.ch.transport().release_if_removed() {
+            // the removal completes only once nothing of ours is registered on the device
+            self.reg = None;
             let since = SystemTime::now()
                 .checked_sub(step.down_for)
                 .unwrap_or_else(SystemTime::now);
@@ -532,25 +551,34 @@ impl<C: Connect> Path<C> {
     fn reconnect(&mut self, now: Instant, done: &mut dyn FnMut(Done, &TagBufs)) {
         let t = self.rport.timers;
         let fresh = match self.connect.connect(self.ch.transport()) {
-            Ok(mut f) => match f.t.register_bufs(&self.bufs) {
-                Ok(data) => Ok((f, data)),
-                Err(e) => Err(format!("registering the tag buffers: {e}")),
-            },
-            Err(e) => Err(e.to_string()),
+            Ok(mut f) => {
+                // the registration serves the new login when it is on the same device
+                if self.reg.as_ref().is_some_and(|r| f.t.adopt(r)) {
+                    Ok((f, None))
+                } else {
+                    match f.t.register_bufs(&self.bufs) {
+                        Ok(reg) => Ok((f, Some(reg))),
+                        Err(e) => Err(ReconnectError::<C::Error>::Register(e)),
+                    }
+                }
+            }
+            Err(e) => Err(ReconnectError::Login(e)),
         };
-        let (f, data) = match fresh {
+        let (f, fresh_reg) = match fresh {
             Ok(x) => x,
             Err(e) => {
                 self.rport.retry_later(now);
                 tracing::warn!(
-                    "{}: reconnect failed ({e}); {}",
+                    "{}: reconnect failed ({}); {}",
                     self.name,
+                    crate::Chain(&e),
                     t.next_attempt()
                 );
                 return;
             }
         };
         let (stage, area) = (&self.stage, self.bufs.area_region());
+        let data = fresh_reg.as_ref().map_or(&self.data, |(_, d)| d);
         let old = self.ch.reconnect(f.t, f.req_lim, f.max_imm, &mut |tag, b| {
             match stage.region(tag, area).and_then(|i| data.get(i)) {
                 Some(n) => DataBuf {
@@ -564,7 +592,11 @@ impl<C: Connect> Path<C> {
         });
         // the old login is stopped: nothing of it reaches the buffers any more
         drop(old);
-        self.data = data;
+        if let Some((reg, data)) = fresh_reg {
+            // an old registration (another device's) goes after the login that used it
+            self.reg = Some(reg);
+            self.data = data;
+        }
         self.ch.set_hold(false);
         let held = usize::from(self.ch.busy());
         let now_ms = self.base_ms + now.saturating_duration_since(self.base).as_millis() as u64;
@@ -609,12 +641,15 @@ impl<C: Connect> Path<C> {
         }
     }
 
-    /// Gives the channel back (to a pool) when it is up and idle, its buffers' registrations
+    /// Gives the channel back (to a pool) when it is up and idle, its buffers' registration
     /// dropped; otherwise stops it and returns it as lost (it is closed after a later login).
     pub fn into_channel(self) -> Returned<C::T> {
-        let Path { mut ch, rport, .. } = self;
+        let Path {
+            mut ch, rport, reg, ..
+        } = self;
         if rport.is_up() && ch.down().is_none() && ch.busy() == 0 {
-            ch.transport().forget_bufs();
+            ch.transport().release_bufs();
+            drop(reg);
             Returned::Idle(ch)
         } else {
             ch.transport().stop();

@@ -32,20 +32,26 @@ const TIMERS: Timers = Timers {
 struct FakeConnect {
     refuse: Cell<u32>,
     attempts: Cell<u32>,
+    /// The RDMA device the next login's route goes through, when it changes.
+    device: Cell<Option<u32>>,
 }
 
 impl Connect for &FakeConnect {
     type T = FakeTarget;
-    type Error = &'static str;
+    type Error = std::io::Error;
 
-    fn connect(&self, old: &mut FakeTarget) -> Result<Fresh<FakeTarget>, &'static str> {
+    fn connect(&self, old: &mut FakeTarget) -> Result<Fresh<FakeTarget>, std::io::Error> {
         self.attempts.set(self.attempts.get() + 1);
         if self.refuse.get() > 0 {
             self.refuse.set(self.refuse.get() - 1);
-            return Err("login rejected");
+            return Err(std::io::Error::other("login rejected"));
+        }
+        let mut t = old.successor();
+        if let Some(d) = self.device.take() {
+            t.device = d;
         }
         Ok(Fresh {
-            t: old.successor(),
+            t,
             req_lim: 16,
             max_imm: 8192,
         })
@@ -164,6 +170,42 @@ fn held_commands_are_reissued_in_their_first_order_on_the_new_logins_buffers() {
     // open nothing on the new one)
     assert_eq!(got, [(5, 0, 0xc3), (3, 0, 0xa1), (4, 0, 0xb2)]);
     assert_eq!((p.reconnects(), p.gen()), (1, gen));
+}
+
+/// The buffers are registered once per device: a reconnect through the same device keeps the
+/// registration (and its keys), one through another device registers them there and the old
+/// keys open nothing.
+#[test]
+fn a_reconnect_registers_the_buffers_again_only_on_another_device() {
+    let c = FakeConnect::default();
+    let mut p = path(&c);
+    // login scope: a registration's own keys reach the buffers, as the target is told them
+    p.ch.transport().rkey_scope = crate::wire::target::RkeyScope::Login;
+    let t0 = Instant::now();
+    write(&mut p, 0, 0, 0x5a, t0);
+    let keys = p.data.clone();
+    assert_eq!(p.ch.transport().registrations, 1);
+    for (round, device, registrations) in [(1u64, None, 1), (2, Some(7), 2)] {
+        c.device.set(device);
+        break_channel(&mut p);
+        assert!(service(&mut p, t0).0.is_empty());
+        service(&mut p, t0 + Duration::from_secs(round));
+        assert_eq!(p.reconnects(), round);
+        assert_eq!(
+            p.ch.transport().registrations,
+            registrations,
+            "round {round}"
+        );
+        assert_eq!(p.data == keys, device.is_none(), "round {round}: the keys");
+        read(&mut p, 1, 0);
+        let (done, _) = service(&mut p, t0 + Duration::from_secs(round));
+        assert_eq!(done, [(1, 0, vec![0x5a; 4096])], "round {round}");
+    }
+    // the first registration's keys open nothing on the new device
+    let now = p.data[1];
+    let t = p.ch.transport();
+    assert!(t.rdma_write(now.rkey, now.addr, &[1]));
+    assert!(!t.rdma_write(keys[1].rkey, keys[1].addr, &[1]));
 }
 
 #[test]
@@ -436,7 +478,9 @@ fn pool_path(c: &FakeConnect, bytes: u32) -> Path<&FakeConnect> {
 fn service_pool(p: &mut Path<&FakeConnect>, now: Instant) -> Finished {
     let mut out = Vec::new();
     p.service(now, &mut |d, b| {
-        let data = b.keep().dma_read(b.commit_addr(d.tag), BIG as usize);
+        // SAFETY: the span is the finished read's, and nothing refers to the pool's memory (the
+        // kernel's copy out of it, as a test has it)
+        let data = unsafe { b.keep().dma_read(b.commit_addr(d.tag), BIG as usize) };
         out.push((d.tag, d.outcome.errno, data.expect("inside the pool")));
     });
     out
@@ -444,7 +488,10 @@ fn service_pool(p: &mut Path<&FakeConnect>, now: Instant) -> Finished {
 
 /// The kernel's NEED_GET_DATA copy: `data` into the span reserved at `addr`.
 fn get_data(p: &mut Path<&FakeConnect>, addr: u64, data: &[u8]) {
-    assert!(p.bufs().keep().dma_write(addr, data), "inside the pool");
+    // SAFETY: the span is reserved for the write and nothing refers to the pool's memory (the
+    // kernel's copy into it, as a test has it)
+    let copied = unsafe { p.bufs().keep().dma_write(addr, data) };
+    assert!(copied, "inside the pool");
 }
 
 #[test]

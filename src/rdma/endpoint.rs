@@ -8,7 +8,8 @@
 //! receives are posted before `rdma_connect`; a remote disconnect does not flush our QP, so teardown
 //! always calls `rdma_disconnect` (QP to error) and drains the CQ before destroying anything.
 
-use super::{sockaddr, Keep, RdmaError, TagBufs};
+use super::mem::{Domain, Registration};
+use super::{sockaddr, RdmaError};
 use crate::channel::{DataBuf, Transport, TransportError};
 use crate::wire::srp::{
     parse_login_reply, BufFormats, LoginRej, LoginReply, LoginReq, LoginRsp, MultiChannelAction,
@@ -18,7 +19,7 @@ use rdma_sys::*;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::ptr::null_mut;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod cm;
 mod teardown;
@@ -140,7 +141,8 @@ impl LoginPlan {
 pub struct Endpoint {
     ec: *mut rdma_event_channel,
     id: *mut rdma_cm_id,
-    pd: *mut ibv_pd,
+    /// The device's protection domain, shared with the daemon's other channels on it.
+    domain: Option<std::sync::Arc<Domain>>,
     comp: *mut ibv_comp_channel,
     /// Receives: armed before every sleep (a response wakes the queue).
     recv_cq: *mut ibv_cq,
@@ -153,9 +155,8 @@ pub struct Endpoint {
     armed: [bool; 2],
     iu_mr: *mut ibv_mr,
     scratch_mr: *mut ibv_mr,
-    data_mrs: Vec<*mut ibv_mr>,
-    /// The memory `data_mrs` cover: dropped after them (`Drop` closes first).
-    kept: Vec<Keep>,
+    /// The data buffers' registration this login binds windows to (the path holds it too).
+    data: Option<Registration>,
     iu: Box<[u8]>,
     scratch: Box<[u8]>,
     send_size: usize,
@@ -199,15 +200,14 @@ impl Endpoint {
         Endpoint {
             ec: null_mut(),
             id: null_mut(),
-            pd: null_mut(),
+            domain: None,
             comp: null_mut(),
             recv_cq: null_mut(),
             send_cq: null_mut(),
             armed: [false; 2],
             iu_mr: null_mut(),
             scratch_mr: null_mut(),
-            data_mrs: Vec::new(),
-            kept: Vec::new(),
+            data: None,
             iu: Box::new([]),
             scratch: Box::new([]),
             send_size: 0,
@@ -392,11 +392,10 @@ impl Endpoint {
 
     /// The PD, completion channel (non-blocking), CQ and RC QP on the route's device.
     fn create_queues(&mut self, ctx: *mut ibv_context, p: &ConnectParams) -> Result<(), RdmaError> {
-        // SAFETY: ctx is valid.
-        self.pd = unsafe { ibv_alloc_pd(ctx) };
-        if self.pd.is_null() {
-            return Err(RdmaError::os("ibv_alloc_pd"));
-        }
+        // SAFETY: id is valid and its route resolved (ctx is its device's context).
+        let domain = unsafe { Domain::of(self.id, &self.device) }?;
+        let pd = domain.pd();
+        self.domain = Some(domain);
         // SAFETY: ctx is valid.
         self.comp = unsafe { ibv_create_comp_channel(ctx) };
         if self.comp.is_null() {
@@ -426,8 +425,8 @@ impl Endpoint {
         attr.qp_type = ibv_qp_type::IBV_QPT_RC;
         // SENDs ask for their completion; window requests report only failures
         attr.sq_sig_all = 0;
-        // SAFETY: id (route resolved), pd and attr (with a valid CQ) are valid.
-        if unsafe { rdma_create_qp(self.id, self.pd, &mut attr) } != 0 {
+        // SAFETY: id (route resolved), pd (on id's device) and attr (with a valid CQ) are valid.
+        if unsafe { rdma_create_qp(self.id, pd, &mut attr) } != 0 {
             return Err(RdmaError::os("rdma_create_qp"));
         }
         self.qp_created = true;
@@ -457,7 +456,7 @@ impl Endpoint {
         for idx in 0..self.nr_recv {
             self.post_recv(idx).map_err(|e| RdmaError::Os {
                 op: "ibv_post_recv",
-                source: std::io::Error::other(e.detail),
+                source: std::io::Error::other(e),
             })?;
         }
 
@@ -565,63 +564,18 @@ impl Endpoint {
         len: usize,
         access: ibv_access_flags,
     ) -> Result<*mut ibv_mr, RdmaError> {
-        // SAFETY: pd is valid; ptr..ptr+len is memory this Endpoint owns (or, for data buffers, memory
-        // the caller of `register` guarantees outlives the Endpoint); it stays registered until Drop.
-        let mr = unsafe { ibv_reg_mr(self.pd, ptr as *mut libc::c_void, len, access.0 as i32) };
+        let pd = self.domain.as_ref().map_or(null_mut(), |d| d.pd());
+        if pd.is_null() {
+            return Err(RdmaError::os("ibv_reg_mr"));
+        }
+        // SAFETY: pd is valid while we hold the domain; ptr..ptr+len is memory this Endpoint
+        // owns (the IU region, the scratch buffer), registered until `close`, which frees it
+        // only after deregistering.
+        let mr = unsafe { ibv_reg_mr(pd, ptr as *mut libc::c_void, len, access.0 as i32) };
         if mr.is_null() {
             return Err(RdmaError::os("ibv_reg_mr"));
         }
         Ok(mr)
-    }
-
-    /// Registers the tag buffers' regions (each tag's head, then the staging buffers) for the
-    /// target's RDMA on this login; one descriptor per region. The endpoint keeps the memory
-    /// alive until it is closed, so the registration never outlives it.
-    fn register_tag_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, RdmaError> {
-        self.kept.push(bufs.keep());
-        bufs.regions()
-            .map(|(ptr, len)| {
-                let mr = self.reg(ptr, len, data_access(self.scope))?;
-                self.data_mrs.push(mr);
-                // SAFETY: mr is a valid MR returned by ibv_reg_mr.
-                let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-                Ok(DataBuf {
-                    addr: ptr as u64,
-                    len: len as u32,
-                    lkey,
-                    rkey,
-                })
-            })
-            .collect()
-    }
-
-    /// Deregisters the tag buffers (their owner has nothing in flight) and lets go of them.
-    fn forget_tag_bufs(&mut self) {
-        // the invalidations the last completions queued go first; a region cannot be
-        // deregistered while a window is still bound to it, which lasts until they execute
-        let _ = self.flush_chain();
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let mut left = std::mem::take(&mut self.data_mrs);
-        loop {
-            // SAFETY: each MR is ours, registered by `register_tag_bufs`; no command uses it.
-            // One that fails stays registered (and is kept in `left`).
-            left.retain(|&mr| unsafe { ibv_dereg_mr(mr) } != 0);
-            if left.is_empty() || Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        if left.is_empty() {
-            self.kept.clear();
-        } else {
-            // still registered: the memory stays ours until `close`
-            tracing::warn!(
-                "{} tag buffer registration(s) still had a window bound after 1 s; kept until \
-                 the channel closes",
-                left.len()
-            );
-            self.data_mrs = left;
-        }
     }
 
     /// A 64 KiB registered buffer owned by the endpoint, for setup commands (INQUIRY, ...).

@@ -10,6 +10,7 @@
 mod endpoint;
 #[cfg(feature = "lab-target")]
 pub mod listener;
+pub mod mem;
 pub mod neigh;
 mod sockaddr;
 mod tagbufs;
@@ -131,12 +132,33 @@ fn rej_hint(reason: LoginRejReason, dest: &SocketAddr) -> String {
 }
 
 /// The lock every thread holds across librdmacm's lifecycle calls (a login, an endpoint's
-/// teardown): queues reconnecting together would otherwise run librdmacm's device-list
-/// bookkeeping concurrently with each other's teardown, which librdmacm 44 does not survive in every
-/// interleaving around a device removal. Never taken on the I/O path.
-pub(crate) fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
+/// teardown, a protection domain's end): queues reconnecting together would otherwise run
+/// librdmacm's device-list bookkeeping concurrently with each other's teardown, which librdmacm 44
+/// does not survive in every interleaving around a device removal. Never taken on the I/O path. A
+/// thread that holds it already (a domain ending inside a teardown) gets it again at once.
+pub(crate) fn lifecycle() -> Lifecycle {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    thread_local!(static HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    if HELD.get() {
+        return Lifecycle(None);
+    }
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    HELD.set(true);
+    Lifecycle(Some((guard, ClearHeld(&HELD))))
+}
+
+/// [`lifecycle`]'s guard: the lock, or nothing where this thread held it already.
+pub(crate) struct Lifecycle(
+    #[allow(dead_code)] Option<(std::sync::MutexGuard<'static, ()>, ClearHeld)>,
+);
+
+/// Notes, when the outermost guard goes, that this thread no longer holds the lock.
+struct ClearHeld(&'static std::thread::LocalKey<std::cell::Cell<bool>>);
+
+impl Drop for ClearHeld {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }
 
 impl RdmaError {
@@ -144,6 +166,14 @@ impl RdmaError {
         RdmaError::Os {
             op,
             source: std::io::Error::last_os_error(),
+        }
+    }
+
+    /// The errno of a failed call (EIO for what is not one).
+    pub(crate) fn errno(&self) -> i32 {
+        match self {
+            RdmaError::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            _ => libc::EIO,
         }
     }
 }

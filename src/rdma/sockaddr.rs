@@ -93,6 +93,46 @@ pub(super) fn ip_sockaddr(addr: SocketAddr) -> libc::sockaddr_storage {
     ss
 }
 
+/// A copy of the socket address at `a`, with its port (IP) or service id (AF_IB) cleared: the
+/// same local address, for another id to bind to. `None` for a family librdmacm does not use.
+///
+/// # Safety
+/// `a` points to a valid socket address of its family's length.
+pub(super) unsafe fn unported(a: *const libc::sockaddr) -> Option<libc::sockaddr_storage> {
+    // SAFETY: every socket address starts with its family (the caller's promise).
+    let family = unsafe { (*a).sa_family };
+    let len = match i32::from(family) {
+        libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
+        libc::AF_INET6 => std::mem::size_of::<libc::sockaddr_in6>(),
+        _ if family == AF_IB => std::mem::size_of::<SockaddrIb>(),
+        _ => return None,
+    };
+    let mut ss = zeroed_storage();
+    // SAFETY: `a` holds `len` bytes (its family's length, the caller's promise), and `ss` is
+    // larger than any of these; the two do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(a as *const u8, &mut ss as *mut _ as *mut u8, len) };
+    if family == AF_IB {
+        let bytes = &mut ss_bytes(&mut ss)[..len];
+        let mut sib = SockaddrIb::read_from_bytes(bytes).ok()?;
+        (sib.sib_sid, sib.sib_sid_mask) = (0.into(), 0.into());
+        bytes.copy_from_slice(sib.as_bytes());
+    } else {
+        // sin_port and sin6_port: the two bytes after the family
+        ss_bytes(&mut ss)[2..4].fill(0);
+    }
+    Some(ss)
+}
+
+fn ss_bytes(ss: &mut libc::sockaddr_storage) -> &mut [u8] {
+    // SAFETY: sockaddr_storage is plain bytes (integers only); the slice borrows it mutably.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            ss as *mut _ as *mut u8,
+            std::mem::size_of::<libc::sockaddr_storage>(),
+        )
+    }
+}
+
 fn zeroed_storage() -> libc::sockaddr_storage {
     // SAFETY: sockaddr_storage is a plain C struct of integers; all-zero bytes are a valid value.
     unsafe { std::mem::zeroed() }
@@ -138,6 +178,30 @@ mod tests {
     #[test]
     fn rdma_cm_service_id_matches_capture() {
         assert_eq!(rdma_cm_service_id(5555), 0x0000_0000_0106_15b3);
+    }
+
+    #[test]
+    fn an_unported_address_keeps_the_host_and_drops_the_port() {
+        for a in ["10.0.0.2:5555", "[fe80::1%2]:5555"] {
+            let a: SocketAddr = a.parse().unwrap();
+            let ss = ip_sockaddr(a);
+            // SAFETY: ss holds a valid address of its family.
+            let mut u = unsafe { unported(&ss as *const _ as *const libc::sockaddr) }.unwrap();
+            let mut want = ip_sockaddr(SocketAddr::new(a.ip(), 0));
+            if let SocketAddr::V6(mut v6) = a {
+                v6.set_port(0);
+                want = ip_sockaddr(SocketAddr::V6(v6));
+            }
+            assert_eq!(ss_bytes(&mut u), ss_bytes(&mut want), "{a}");
+        }
+        let ib = ib_storage(&ib_sockaddr([7; 16], 0xffff, 0x0a));
+        // SAFETY: ib holds a valid sockaddr_ib.
+        let mut u = unsafe { unported(&ib as *const _ as *const libc::sockaddr) }.unwrap();
+        let sib = SockaddrIb::read_from_bytes(&ss_bytes(&mut u)[..48]).unwrap();
+        assert_eq!(
+            (sib.sib_addr, sib.sib_sid.get(), sib.sib_sid_mask.get()),
+            ([7; 16], 0, 0)
+        );
     }
 
     #[test]

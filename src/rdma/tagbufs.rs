@@ -286,6 +286,7 @@ impl Keep {
     }
 
     /// Where the registered range holding `addr..addr+len` starts, if one does.
+    #[cfg(any(test, feature = "test-utils"))]
     fn find(&self, addr: u64, len: usize) -> Option<*mut u8> {
         self.0.regions().find_map(|(start, size)| {
             let off = addr.checked_sub(start as u64)? as usize;
@@ -295,23 +296,32 @@ impl Keep {
 
     /// Copies `len` bytes at `addr` out of the buffers (an RDMA READ by a simulated target); None
     /// when the range is not inside one registered region.
-    pub fn dma_read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+    ///
+    /// # Safety
+    /// No Rust reference to those bytes lives during the call: the owner has lent them to a
+    /// command (as the HCA reads a buffer only while its command is outstanding).
+    #[cfg(any(test, feature = "test-utils"))]
+    pub unsafe fn dma_read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         let at = self.find(addr, len)?;
         let mut out = vec![0u8; len];
-        // SAFETY: at..at+len lies inside a live allocation we hold (checked by `find`); a byte
-        // copy into our own vector, as the HCA's DMA would read the memory.
+        // SAFETY: at..at+len lies inside a live allocation we hold (checked by `find`), and no
+        // reference to it lives (the caller's promise); a byte copy into our own vector.
         unsafe { std::ptr::copy_nonoverlapping(at, out.as_mut_ptr(), len) };
         Some(out)
     }
 
     /// Copies `data` into the buffers at `addr` (an RDMA WRITE by a simulated target); false when
     /// the range is not inside one registered region.
-    pub fn dma_write(&self, addr: u64, data: &[u8]) -> bool {
+    ///
+    /// # Safety
+    /// As for [`Keep::dma_read`]: no Rust reference to those bytes lives during the call.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub unsafe fn dma_write(&self, addr: u64, data: &[u8]) -> bool {
         let Some(at) = self.find(addr, data.len()) else {
             return false;
         };
-        // SAFETY: as in `dma_read`; the owner makes no reference to a buffer while its command is
-        // outstanding (the only time a target writes it), as with the HCA.
+        // SAFETY: as in `dma_read`: inside a live allocation (checked by `find`), and nothing
+        // else refers to those bytes (the caller's promise).
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
         true
     }
@@ -355,17 +365,18 @@ mod tests {
     fn a_target_reaches_a_tags_head_and_the_staging_buffers_only() {
         let b = TagBufs::with_head(2, 64 << 10, 8 << 10, 1);
         let k = b.keep();
+        // SAFETY: this test makes no reference to the buffers' memory
+        let write = |addr, data: &[u8]| unsafe { k.dma_write(addr, data) };
+        // SAFETY: as for `write`
+        let read = |addr, len| unsafe { k.dma_read(addr, len) };
         let spans: Vec<(u64, u32)> = b.region_spans().collect();
         assert_eq!(spans.len(), 3);
         let (tag0, stage) = (spans[0].0, spans[2].0);
         assert_eq!((spans[0].1, spans[2].1), (8 << 10, 64 << 10));
-        assert!(k.dma_write(tag0, &[1; 8 << 10]));
-        assert!(!k.dma_write(tag0 + 1, &[1; 8 << 10]), "past the head");
-        assert!(
-            k.dma_read(tag0 + (8 << 10), 1).is_none(),
-            "the unregistered tail"
-        );
-        assert!(k.dma_write(stage, &[2; 64 << 10]));
-        assert_eq!(k.dma_read(stage + 100, 3), Some(vec![2; 3]));
+        assert!(write(tag0, &[1; 8 << 10]));
+        assert!(!write(tag0 + 1, &[1; 8 << 10]), "past the head");
+        assert!(read(tag0 + (8 << 10), 1).is_none(), "the unregistered tail");
+        assert!(write(stage, &[2; 64 << 10]));
+        assert_eq!(read(stage + 100, 3), Some(vec![2; 3]));
     }
 }

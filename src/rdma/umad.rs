@@ -20,7 +20,7 @@ pub enum UmadError {
     #[error("{0}")]
     NoPort(String),
     /// A system call failed.
-    #[error("{op} on {path}: {source}")]
+    #[error("{op} on {path}")]
     Os {
         /// What was being done.
         op: &'static str,
@@ -42,7 +42,7 @@ pub enum UmadError {
         tries: u32,
     },
     /// The answer did not decode, or said no.
-    #[error("{what} from LID {lid:#x}: {source}")]
+    #[error("{what} from LID {lid:#x}")]
     Answer {
         /// The request.
         what: &'static str,
@@ -60,6 +60,31 @@ pub enum UmadError {
         lid: u16,
         /// The errno-like status of `ib_user_mad_hdr`.
         status: u32,
+    },
+}
+
+/// Why a port cannot ask a subnet manager.
+#[derive(Debug, thiserror::Error)]
+pub enum PortUnusable {
+    /// A RoCE or iWARP port: no subnet manager.
+    #[error("{device} port {port} is {link_layer} (RoCE/iWARP)")]
+    NotInfiniBand {
+        /// The RDMA device.
+        device: String,
+        /// Its port.
+        port: u8,
+        /// Its link layer (sysfs `link_layer`).
+        link_layer: String,
+    },
+    /// An InfiniBand port that is not up.
+    #[error("{device} port {port} is {state}")]
+    NotActive {
+        /// The RDMA device.
+        device: String,
+        /// Its port.
+        port: u8,
+        /// Its state (sysfs `state`).
+        state: String,
     },
 }
 
@@ -205,15 +230,23 @@ fn parse_num(s: &str) -> Option<u16> {
 }
 
 /// Port `port` of RDMA device `dev` from sysfs, or why it cannot ask a subnet manager.
-fn ib_port(device: String, port: u8) -> Result<LocalPort, String> {
+fn ib_port(device: String, port: u8) -> Result<LocalPort, PortUnusable> {
     let pdir = PathBuf::from(format!("/sys/class/infiniband/{device}/ports/{port}"));
-    let link = sysfs(&pdir.join("link_layer")).unwrap_or_default();
+    let link_layer = sysfs(&pdir.join("link_layer")).unwrap_or_default();
     let state = sysfs(&pdir.join("state")).unwrap_or_default();
-    if link != "InfiniBand" {
-        return Err(format!("{device} port {port} is {link} (RoCE/iWARP)"));
+    if link_layer != "InfiniBand" {
+        return Err(PortUnusable::NotInfiniBand {
+            device,
+            port,
+            link_layer,
+        });
     }
     if !state.contains("ACTIVE") {
-        return Err(format!("{device} port {port} is {state}"));
+        return Err(PortUnusable::NotActive {
+            device,
+            port,
+            state,
+        });
     }
     let num = |file: &str| sysfs(&pdir.join(file)).and_then(|s| parse_num(&s));
     let mut pkeys = Vec::new();
@@ -267,7 +300,7 @@ pub fn find_port(want: Option<&str>) -> Result<(PathBuf, LocalPort), UmadError> 
         let name = d.file_name().map(|n| n.to_owned()).unwrap_or_default();
         match ib_port(dev, port) {
             Ok(local) => return Ok((Path::new("/dev/infiniband").join(name), local)),
-            Err(why) => seen.push(why),
+            Err(why) => seen.push(why.to_string()),
         }
     }
     let what = want.map_or("an active InfiniBand port".to_string(), |w| {

@@ -120,7 +120,9 @@ pub fn discover(port: &mut impl MadPort) -> Result<IbFound, UmadError> {
     let mut found = IbFound::default();
     for p in dm_ports {
         if let Err(e) = port_targets(&mut a, &local, p, &mut found) {
-            found.skipped.push(format!("port LID {:#x}: {e}", p.lid));
+            found
+                .skipped
+                .push(format!("port LID {:#x}: {}", p.lid, crate::Chain(&e)));
         }
     }
     Ok(found)
@@ -185,9 +187,11 @@ fn port_targets<P: MadPort>(
         let iou = mad::iou_info(&iou).map_err(|e| bad("IOUnitInfo", e))?;
         for slot in iou.present() {
             if let Err(e) = controller(a, p, guid, pkey_index, pkey, slot, found) {
-                found
-                    .skipped
-                    .push(format!("port LID {:#x} controller {slot}: {e}", p.lid));
+                found.skipped.push(format!(
+                    "port LID {:#x} controller {slot}: {}",
+                    p.lid,
+                    crate::Chain(&e)
+                ));
             }
         }
     }

@@ -56,7 +56,7 @@ pub enum SessionError {
         detail: String,
     },
     /// A login found another LUN than the one the device serves.
-    #[error("LUN {lun} is not the LUN this device served: {source}")]
+    #[error("LUN {lun} is not the LUN this device served")]
     NotTheLun {
         /// The LUN number.
         lun: u64,

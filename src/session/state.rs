@@ -129,6 +129,10 @@ pub struct DeviceState {
     /// Capacity checks that failed (the daemon's log says why).
     #[serde(default)]
     pub capacity_check_failures: u64,
+    /// What the daemon has registered with its RDMA devices (protection domains, data buffer
+    /// registrations, pinned bytes); absent in files of older versions.
+    #[serde(default)]
+    pub memory: Option<crate::rdma::mem::MemCounts>,
 }
 
 /// The systemd service a process runs in, from its `/proc/PID/cgroup` text: the last path component

@@ -22,11 +22,11 @@ struct Relog {
 
 impl Connect for Relog {
     type T = FakeTarget;
-    type Error = &'static str;
+    type Error = std::io::Error;
 
-    fn connect(&self, old: &mut FakeTarget) -> Result<Fresh<FakeTarget>, &'static str> {
+    fn connect(&self, old: &mut FakeTarget) -> Result<Fresh<FakeTarget>, std::io::Error> {
         if self.refuse {
-            return Err("login rejected");
+            return Err(std::io::Error::other("login rejected"));
         }
         Ok(Fresh {
             t: old.successor(),

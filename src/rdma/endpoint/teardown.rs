@@ -80,7 +80,8 @@ impl Endpoint {
     }
 
     /// Tears the channel down now, in order (disconnect, drain the flushes, destroy the QP, deregister
-    /// every memory region, destroy the CQ, PD and CM id), as dropping does; idempotent. Afterwards
+    /// this login's memory regions, destroy the CQ, let go of the
+    /// protection domain, destroy the CM id), as dropping does; idempotent. Afterwards
     /// nothing the target does can reach the registered buffers, no completion arrives, posting fails
     /// and polling finds nothing: a channel that went down can be failed or re-issued safely.
     pub fn close(&mut self) {
@@ -98,15 +99,15 @@ impl Endpoint {
             self.qp_created = false;
         }
         self.free_windows();
-        for mr in self.data_mrs.drain(..).chain([self.iu_mr, self.scratch_mr]) {
+        for mr in [self.iu_mr, self.scratch_mr] {
             if !mr.is_null() {
                 // SAFETY: mr is a valid MR of ours, deregistered once; the QP using it is gone.
                 unsafe { ibv_dereg_mr(mr) };
             }
         }
         (self.iu_mr, self.scratch_mr) = (null_mut(), null_mut());
-        // no registration covers the tag buffers any more: their owner may free them
-        self.kept.clear();
+        // the windows are gone: the data buffers' regions can go when the path lets go too
+        self.data = None;
         while self.take_cq_event() {}
         for cq in [&mut self.send_cq, &mut self.recv_cq] {
             if !cq.is_null() {
@@ -120,11 +121,8 @@ impl Endpoint {
             unsafe { ibv_destroy_comp_channel(self.comp) };
             self.comp = null_mut();
         }
-        if !self.pd.is_null() {
-            // SAFETY: pd is valid and nothing registered on it remains.
-            unsafe { ibv_dealloc_pd(self.pd) };
-            self.pd = null_mut();
-        }
+        // nothing of this login is on the domain any more (a path's registration may still be)
+        self.domain = None;
         if !self.id.is_null() {
             while self.try_event().is_some() {}
             // SAFETY: id is valid, its QP is destroyed and all its events are acked.

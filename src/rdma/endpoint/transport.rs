@@ -1,9 +1,12 @@
 //! The endpoint as the channel engine's [`Transport`]: posts, polls and the completion channel.
 
+use super::window::data_access;
 use super::{Endpoint, WR_RECV, WR_SEND, WR_WINDOW};
 use crate::channel::{
-    DataBuf, PortDown, RemoteAccess, Transport, TransportError, Wc, WcKind, WcStatus,
+    DataBuf, PortDown, RemoteAccess, Transport, TransportCause, TransportError, Wc, WcKind,
+    WcStatus,
 };
+use crate::rdma::mem::Registration;
 use crate::rdma::TagBufs;
 use rdma_sys::*;
 use std::os::fd::RawFd;
@@ -49,14 +52,14 @@ pub(super) fn port_state(device: &str, port: u8) -> Option<String> {
 pub(super) fn closed(op: &'static str) -> TransportError {
     TransportError {
         op,
-        detail: "the channel is stopped (reconnecting)".into(),
+        cause: TransportCause::Stopped,
     }
 }
 
 fn terr(op: &'static str, code: i32) -> TransportError {
     TransportError {
         op,
-        detail: std::io::Error::from_raw_os_error(code).to_string(),
+        cause: TransportCause::Os(code),
     }
 }
 
@@ -139,6 +142,8 @@ impl Endpoint {
 }
 
 impl Transport for Endpoint {
+    type Registered = Registration;
+
     fn send_buf(&mut self, slot: u16) -> &mut [u8] {
         let r = self.slot_range(slot);
         &mut self.iu[r]
@@ -157,7 +162,7 @@ impl Transport for Endpoint {
         if slot >= self.nr_send || len > self.send_size {
             return Err(TransportError {
                 op: "ibv_post_send",
-                detail: format!("bad slot {slot} / length {len}"),
+                cause: TransportCause::BadSlot { slot, len },
             });
         }
         let r = self.slot_range(slot);
@@ -210,7 +215,7 @@ impl Transport for Endpoint {
         if idx >= self.nr_recv {
             return Err(TransportError {
                 op: "ibv_post_recv",
-                detail: format!("bad index {idx}"),
+                cause: TransportCause::BadRecv(idx),
             });
         }
         let r = self.recv_range(idx);
@@ -283,15 +288,33 @@ impl Transport for Endpoint {
         Ok(n)
     }
 
-    fn register_bufs(&mut self, bufs: &TagBufs) -> Result<Vec<DataBuf>, TransportError> {
-        self.register_tag_bufs(bufs).map_err(|e| TransportError {
-            op: "ibv_reg_mr",
-            detail: e.to_string(),
-        })
+    fn register_bufs(
+        &mut self,
+        bufs: &TagBufs,
+    ) -> Result<(Registration, Vec<DataBuf>), TransportError> {
+        let Some(domain) = self.domain.clone() else {
+            return Err(closed("ibv_reg_mr"));
+        };
+        let (reg, descs) = Registration::new(domain, bufs, data_access(self.scope))
+            .map_err(|e| terr("ibv_reg_mr", e.errno()))?;
+        self.data = Some(reg.share());
+        Ok((reg, descs))
     }
 
-    fn forget_bufs(&mut self) {
-        self.forget_tag_bufs();
+    fn adopt(&mut self, reg: &Registration) -> bool {
+        let access = data_access(self.scope);
+        let serves = self.domain.as_ref().is_some_and(|d| reg.serves(d, access));
+        if serves {
+            self.data = Some(reg.share());
+        }
+        serves
+    }
+
+    fn release_bufs(&mut self) {
+        // the invalidations the last completions queued go out: a region cannot be
+        // deregistered while a window is still bound to it
+        let _ = self.flush_chain();
+        self.data = None;
     }
 
     fn open_window(

@@ -10,7 +10,7 @@
 
 use super::transport::{closed, Queued};
 use super::{Endpoint, WR_WINDOW};
-use crate::channel::{DataBuf, RemoteAccess, TransportError};
+use crate::channel::{DataBuf, RemoteAccess, TransportCause, TransportError};
 use crate::rdma::RdmaError;
 use crate::wire::target::RkeyScope;
 use rdma_sys::*;
@@ -59,10 +59,13 @@ impl Endpoint {
         if self.scope != RkeyScope::Command {
             return Ok(());
         }
+        let Some(pd) = self.domain.as_ref().map(|d| d.pd()) else {
+            return Err(RdmaError::os("ibv_alloc_mw"));
+        };
         for _ in 0..n {
-            // SAFETY: pd is valid (allocated in create_queues); the result is checked.
-            let mw =
-                unsafe { ibv_alloc_mw(self.pd, ibv_mw_type::IBV_MW_TYPE_2) }.unwrap_or(null_mut());
+            // SAFETY: pd is valid while we hold the domain (set in create_queues); the result is
+            // checked.
+            let mw = unsafe { ibv_alloc_mw(pd, ibv_mw_type::IBV_MW_TYPE_2) }.unwrap_or(null_mut());
             if mw.is_null() {
                 return Err(RdmaError::NoWindows {
                     device: self.device.clone(),
@@ -94,16 +97,14 @@ impl Endpoint {
 
     /// The memory region a descriptor's local key belongs to (tag `win`'s own buffer first).
     fn region(&self, win: u16, lkey: u32) -> Option<*mut ibv_mr> {
-        // SAFETY: every pointer in data_mrs and scratch_mr is a valid MR of ours (or null).
+        // SAFETY: every MR of the registration this login holds, and scratch_mr, is a valid MR
+        // (or null) while the endpoint holds them.
         let key = |mr: &*mut ibv_mr| !mr.is_null() && unsafe { (**mr).lkey } == lkey;
-        if let Some(&mr) = self.data_mrs.get(usize::from(win)).filter(|mr| key(mr)) {
+        let data = self.data.as_ref().map_or(&[][..], |r| r.mrs());
+        if let Some(&mr) = data.get(usize::from(win)).filter(|mr| key(mr)) {
             return Some(mr);
         }
-        self.data_mrs
-            .iter()
-            .copied()
-            .chain([self.scratch_mr])
-            .find(key)
+        data.iter().copied().chain([self.scratch_mr]).find(key)
     }
 
     /// [`Transport::open_window`](crate::channel::Transport::open_window) for the endpoint.
@@ -119,17 +120,17 @@ impl Endpoint {
         if self.closed || self.quiesced {
             return Err(closed("bind memory window"));
         }
-        let bad = |detail: String| TransportError {
+        let bad = |cause| TransportError {
             op: "bind memory window",
-            detail,
+            cause,
         };
         let mr = self
             .region(win, buf.lkey)
-            .ok_or_else(|| bad(format!("no registration has local key {:#x}", buf.lkey)))?;
+            .ok_or_else(|| bad(TransportCause::UnknownKey(buf.lkey)))?;
         let w = self
             .windows
             .get(usize::from(win))
-            .ok_or_else(|| bad(format!("no window for tag {win}")))?;
+            .ok_or_else(|| bad(TransportCause::NoWindow(win)))?;
         if w.in_chain {
             // the provider reads the window's current key when the chain is posted
             self.flush_chain()?;

@@ -328,7 +328,8 @@ fn a_refused_port_table_is_an_error() {
         }
     }
     let e = discover(&mut Refusing(fabric().local)).unwrap_err();
-    assert!(e.to_string().contains("status"), "{e}");
+    let e = crate::Chain(&e).to_string();
+    assert!(e.contains("status"), "{e}");
 }
 
 #[test]

@@ -53,6 +53,8 @@ since() { awk -v a="$(now)" -v b="$1" 'BEGIN{printf "%.1f", a-b}'; }
 queue_states() { srp-ublk list 2>/dev/null | sed -n 's/^ *q[0-9]* channel \([a-z-]*\) via.*/\1/p' | tr '\n' ' '; }
 # daemon_log ID: the log file of /dev/ublkbID's daemon (from its state file)
 daemon_log() { grep -o '"log": *"[^"]*"' "/run/srp-ublk/ublkb$1.json" | cut -d'"' -f4; }
+# memory: what the devices' daemons registered ("1 protection domain(s), 2 data registration(s), ...")
+memory() { srp-ublk list 2>/dev/null | sed -n 's/^ *memory //p' | tr '\n' ' '; }
 reconnects() { srp-ublk list 2>/dev/null | sed -n 's/.* reconnects \([0-9]*\)$/\1/p' | awk '{s+=$1} END{print s+0}'; }
 # wait_running SECS: until every queue of every device is running; prints how long it took
 wait_running() {
