@@ -133,6 +133,7 @@ fn main() {
         req_lim: 128,
         max_imm: 8192,
         imm_data_offset: 68,
+        max_it_iu_len: 8260,
         max_retries: 5,
     };
     let mut ch = Channel::new(Instant::new(), cfg);

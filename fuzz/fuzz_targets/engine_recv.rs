@@ -24,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
         req_lim: 16,
         max_imm: 8192,
         imm_data_offset: 68,
+            max_it_iu_len: 8260,
         max_retries: 3,
     };
     let mut ch = Channel::new(t, cfg);

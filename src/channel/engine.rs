@@ -153,6 +153,8 @@ pub struct Channel<T: Transport> {
     paused: bool,
     /// The log lines a target can trigger at will (AER_REQ, CRED/AER answers dropped).
     noisy: crate::ratelimit::RateLimit,
+    /// Each tag's data segments ([`Channel::submit_segments`]).
+    segs: segments::Segments,
 }
 
 /// The most credits (`req_lim`) the engine counts: far beyond any target's queue.
@@ -164,7 +166,8 @@ const SMALL_PENDING_MAX: usize = 64;
 
 impl<T: Transport> Channel<T> {
     /// A channel over a connected transport whose receives are already posted.
-    pub fn new(t: T, cfg: ChannelConfig) -> Self {
+    pub fn new(mut t: T, cfg: ChannelConfig) -> Self {
+        let max_segs = segments::max_for(&mut t, &cfg);
         let idle = TagEntry {
             state: TagState::Idle,
             gen: 0,
@@ -215,6 +218,7 @@ impl<T: Transport> Channel<T> {
             tmf_seq: 0,
             paused: false,
             noisy: crate::ratelimit::RateLimit::new(std::time::Duration::from_secs(10)),
+            segs: segments::Segments::new(cfg.depth, max_segs),
         }
     }
 
@@ -367,7 +371,7 @@ impl<T: Transport> Channel<T> {
         // the target reaches the buffer through this command's window only (immediate data is
         // gathered locally: nothing to open)
         let mut direct = |b: DataBuf, access| {
-            let w = self.t.open_window(tag, b, access)?;
+            let w = self.t.open_window(tag, 0, b, access)?;
             Ok::<_, TransportError>(DataDesc::Direct(DirectBuf {
                 va: w.addr,
                 key: w.rkey,
@@ -381,6 +385,16 @@ impl<T: Transport> Channel<T> {
                 (DataDesc::Immediate { len: b.len }, DataDesc::None, Some(b))
             }
             DataDir::Out(b) => (direct(b, RemoteAccess::Read)?, DataDesc::None, None),
+            DataDir::InSegments(len) => {
+                let d =
+                    segments::describe(&mut self.segs, &mut self.t, tag, RemoteAccess::Write, len)?;
+                (DataDesc::None, d, None)
+            }
+            DataDir::OutSegments(len) => {
+                let d =
+                    segments::describe(&mut self.segs, &mut self.t, tag, RemoteAccess::Read, len)?;
+                (d, DataDesc::None, None)
+            }
         };
         let cmd = SrpCmd::new(srp_tag, self.cfg.lun, cdb.as_slice())
             .data_out(data_out)
@@ -741,6 +755,7 @@ enum Recv {
 mod config;
 mod outcome;
 mod relogin;
+mod segments;
 mod slots;
 mod timed;
 

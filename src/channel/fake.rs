@@ -15,13 +15,14 @@ use super::{
 use crate::rdma::{Keep, TagBufs};
 use crate::wire::scsi::cdb::op;
 use crate::wire::srp::{
-    parse_initiator_iu, AerReq, CredReq, DataDesc, InitiatorIu, RspFlags, ScsiLun, SrpCmd, SrpRsp,
-    TLogout, TLogoutReason, TskMgmtFunc,
+    parse_initiator_iu, AerReq, CredReq, DataDesc, DirectBuf, InitiatorIu, RspFlags, ScsiLun,
+    SrpRsp, TLogout, TLogoutReason, TskMgmtFunc,
 };
 use crate::wire::target::RkeyScope;
 use std::collections::VecDeque;
 
 mod fds;
+mod scsi;
 
 /// Faults to inject.
 #[derive(Clone, Debug, Default)]
@@ -103,10 +104,14 @@ pub struct FakeTarget {
     pub rkey_scope: RkeyScope,
     /// The last direct descriptor a command carried (key, va, len): what a target would keep.
     pub last_direct: Option<(u32, u64, u32)>,
+    /// The last indirect descriptor's buffers, if its table was inline whole.
+    pub last_indirect: Option<Vec<DirectBuf>>,
     /// Remote accesses refused (no open window for the key, range or direction).
     pub access_errors: u32,
-    /// Open windows, by tag.
-    windows: Vec<Option<FakeWindow>>,
+    /// Open windows, by tag and segment.
+    windows: Vec<Vec<Option<FakeWindow>>>,
+    /// The most data segments a command may have ([`Transport::max_segments`]).
+    pub max_segs: u16,
     next_window_key: u32,
     /// Real fds to sleep on ([`FakeTarget::with_fds`]).
     fds: Option<Box<fds::Fds>>,
@@ -169,8 +174,10 @@ impl FakeTarget {
             released: false,
             rkey_scope: RkeyScope::default(),
             last_direct: None,
+            last_indirect: None,
             access_errors: 0,
             windows: Vec::new(),
+            max_segs: 16,
             next_window_key: WINDOW_KEY_BASE,
             fds: None,
         }
@@ -227,7 +234,7 @@ impl FakeTarget {
         t.next_tag_key = self.next_tag_key;
         (t.device, t.registrations) = (self.device, self.registrations);
         t.next_window_key = self.next_window_key;
-        t.rkey_scope = self.rkey_scope;
+        (t.rkey_scope, t.max_segs) = (self.rkey_scope, self.max_segs);
         if self.fds.is_some() {
             t.fds = Some(fds::Fds::new());
         }
@@ -260,7 +267,12 @@ impl FakeTarget {
         if self.rkey_scope == RkeyScope::Login {
             return Some(key);
         }
-        let w = self.windows.iter().flatten().find(|w| w.key == key)?;
+        let w = self
+            .windows
+            .iter()
+            .flatten()
+            .flatten()
+            .find(|w| w.key == key)?;
         let end = va.checked_add(u64::from(len))?;
         (w.access == access && va >= w.va && end <= w.va + u64::from(w.len)).then_some(w.lkey)
     }
@@ -518,6 +530,11 @@ impl FakeTarget {
         if let (DataDesc::Direct(d), _) | (_, DataDesc::Direct(d)) = (c.data_in, c.data_out) {
             self.last_direct = Some((d.key, d.va, d.len));
         }
+        if let (d @ DataDesc::Indirect { .. }, _) | (_, d @ DataDesc::Indirect { .. }) =
+            (c.data_in, c.data_out)
+        {
+            self.last_indirect = scsi::direct_bufs(&d);
+        }
         if let Some(injected) = self.injected_fault(c.tag) {
             return injected;
         }
@@ -545,70 +562,6 @@ impl FakeTarget {
         }
         let (k, a, q) = self.faults.check_condition.pop_front()?;
         Some(Some(self.respond(tag, 0x02, &sense(k, a, q), 0, 0)))
-    }
-
-    /// A 16-byte CDB's LBA and block count.
-    fn lba_blocks(cdb: &[u8]) -> (u64, u32) {
-        let lba = u64::from_be_bytes(cdb[2..10].try_into().expect("8 bytes"));
-        let n = u32::from_be_bytes(cdb[10..14].try_into().expect("4 bytes"));
-        (lba, n)
-    }
-
-    /// The disk's byte range of `n` blocks at `lba`, if they are on the disk.
-    fn range(&self, lba: u64, n: u32) -> Option<std::ops::Range<usize>> {
-        let bs = u64::from(self.block);
-        let end = (lba + u64::from(n)) * bs;
-        (end <= self.disk.len() as u64).then(|| (lba * bs) as usize..end as usize)
-    }
-
-    /// READ(16): the blocks RDMA-written to the initiator's buffer, then GOOD.
-    fn read_16(&mut self, c: &SrpCmd) -> Vec<u8> {
-        let (lba, n) = Self::lba_blocks(c.cdb);
-        let Some(r) = self.range(lba, n) else {
-            return self.respond(c.tag, 2, &sense(5, 0x21, 0), 0, 0);
-        };
-        let DataDesc::Direct(d) = c.data_in else {
-            return self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0);
-        };
-        let data = self.disk[r].to_vec();
-        if !self.dma_write(d.key, d.va, d.len, &data) {
-            return self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0);
-        }
-        self.respond(c.tag, 0, &[], 0, 0)
-    }
-
-    /// WRITE(16), WRITE SAME(16) and UNMAP: the data-out (immediate, or RDMA-read from the
-    /// initiator's buffer) written, repeated per block, or the range zeroed.
-    fn write(&mut self, c: &SrpCmd, immediate: &[u8]) -> Vec<u8> {
-        let data: Vec<u8> = match c.data_out {
-            DataDesc::Immediate { .. } => immediate.to_vec(),
-            DataDesc::Direct(d) => match self.dma_read(d.key, d.va, d.len) {
-                Some(m) => m,
-                None => return self.respond(c.tag, 2, &sense(0x0b, 0x47, 0), 0, 0),
-            },
-            _ => return self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0),
-        };
-        let (lba, n) = if c.cdb[0] == op::UNMAP {
-            let lba = u64::from_be_bytes(data[8..16].try_into().expect("8 bytes"));
-            let n = u32::from_be_bytes(data[16..20].try_into().expect("4 bytes"));
-            (lba, n)
-        } else {
-            Self::lba_blocks(c.cdb)
-        };
-        let Some(r) = self.range(lba, n) else {
-            return self.respond(c.tag, 2, &sense(5, 0x21, 0), 0, 0);
-        };
-        let bs = self.block as usize;
-        match c.cdb[0] {
-            op::WRITE_16 => self.disk[r.clone()].copy_from_slice(&data[..r.len()]),
-            op::UNMAP => self.disk[r].fill(0),
-            _ => {
-                for chunk in self.disk[r].chunks_mut(bs) {
-                    chunk.copy_from_slice(&data[..bs]);
-                }
-            }
-        }
-        self.respond(c.tag, 0, &[], 0, 0)
     }
 }
 
@@ -755,6 +708,7 @@ impl Transport for FakeTarget {
     fn open_window(
         &mut self,
         win: u16,
+        seg: u16,
         buf: DataBuf,
         access: RemoteAccess,
     ) -> Result<DataBuf, TransportError> {
@@ -763,11 +717,14 @@ impl Transport for FakeTarget {
         }
         let key = self.next_window_key;
         self.next_window_key += 1;
-        let i = usize::from(win);
+        let (i, s) = (usize::from(win), usize::from(seg));
         if self.windows.len() <= i {
-            self.windows.resize(i + 1, None);
+            self.windows.resize(i + 1, Vec::new());
         }
-        self.windows[i] = Some(FakeWindow {
+        if self.windows[i].len() <= s {
+            self.windows[i].resize(s + 1, None);
+        }
+        self.windows[i][s] = Some(FakeWindow {
             key,
             lkey: buf.lkey,
             va: buf.addr,
@@ -779,8 +736,12 @@ impl Transport for FakeTarget {
 
     fn close_window(&mut self, win: u16) {
         if let Some(w) = self.windows.get_mut(usize::from(win)) {
-            *w = None;
+            w.fill(None);
         }
+    }
+
+    fn max_segments(&self) -> u16 {
+        self.max_segs
     }
 
     fn stop(&mut self) {

@@ -204,24 +204,30 @@ pub trait Transport {
     /// Lets go of registered buffers (nothing in flight uses them): what closes their windows
     /// goes out now, so that the registration can be dropped.
     fn release_bufs(&mut self);
-    /// Opens `buf` to the target for the command on tag `win`, in the one direction `access`
-    /// names, until [`Transport::close_window`]: returns the descriptor to send, whose `rkey`
-    /// reaches that byte range only. Queued ahead of the command's SEND, in the same chain.
-    /// A transport whose registrations are login-wide returns `buf` as it is.
+    /// Opens `buf`, segment `seg` of the command on tag `win`, to the target in the one
+    /// direction `access` names, until [`Transport::close_window`]: returns the descriptor to
+    /// send, whose `rkey` reaches that byte range only. Queued ahead of the command's SEND, in the
+    /// same chain. A transport whose registrations are login-wide returns `buf` as it is.
     fn open_window(
         &mut self,
         win: u16,
+        seg: u16,
         buf: DataBuf,
         access: RemoteAccess,
     ) -> Result<DataBuf, TransportError> {
-        let _ = (win, access);
+        let _ = (win, seg, access);
         Ok(buf)
     }
-    /// Closes tag `win`'s window if it is open (the command's response is in, or it was given
+    /// Closes every open window of tag `win` (the command's response is in, or it was given
     /// up): queued with the next post, so the target's access fails from then on, before any
     /// later work request of this channel executes. Nothing to do when nothing is open.
     fn close_window(&mut self, win: u16) {
         let _ = win;
+    }
+    /// The most segments one command may have ([`Transport::open_window`]'s `seg` below it):
+    /// what the send queue was sized for.
+    fn max_segments(&self) -> u16 {
+        1
     }
     /// Stops the transport: no completion and no RDMA reaches a buffer any more (the QP in the
     /// error state, drained); its disconnect waits until it is replaced or dropped.
@@ -254,6 +260,12 @@ pub enum DataDir {
     In(DataBuf),
     /// Initiator to target (writes): sent as immediate data when it fits, else RDMA-read by the target.
     Out(DataBuf),
+    /// Target to initiator into the tag's segments ([`Channel::submit_segments`]), this many
+    /// bytes in all.
+    InSegments(u32),
+    /// Initiator to target from the tag's segments, this many bytes in all: RDMA-read by the
+    /// target.
+    OutSegments(u32),
 }
 
 /// A SCSI command for the channel to carry.

@@ -90,6 +90,7 @@ fn channel() -> Channel<FakeTarget> {
             req_lim: 16,
             max_imm: 8192,
             imm_data_offset: 68,
+            max_it_iu_len: 8260,
             max_retries: 3,
         },
     )

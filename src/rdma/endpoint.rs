@@ -66,6 +66,9 @@ pub struct ConnectParams {
     pub timeout: Duration,
     /// How long the target may reach a data buffer.
     pub rkey_scope: RkeyScope,
+    /// The most data segments one command may have (the send queue holds their windows'
+    /// work requests).
+    pub max_segments: u16,
 }
 
 /// A route whose IPv6 destination is scoped by an interface's name (`dest=[fe80::1%eth0]:5555`)
@@ -161,6 +164,8 @@ pub struct Endpoint {
     scratch: Box<[u8]>,
     send_size: usize,
     nr_send: u16,
+    /// The most data segments of one command ([`ConnectParams::max_segments`]).
+    max_segs: u16,
     recv_size: usize,
     nr_recv: u16,
     raw_wcs: Vec<ibv_wc>,
@@ -212,6 +217,7 @@ impl Endpoint {
             scratch: Box::new([]),
             send_size: 0,
             nr_send: 0,
+            max_segs: 1,
             recv_size: 0,
             nr_recv: 0,
             raw_wcs: Vec::new(),
@@ -403,7 +409,9 @@ impl Endpoint {
         }
         // SAFETY: comp is valid.
         set_nonblocking(unsafe { (*self.comp).fd })?;
-        self.send_wrs = usize::from(p.send_slots) * window::wrs_per_command(p.rkey_scope);
+        self.max_segs = p.max_segments.max(1);
+        self.send_wrs =
+            usize::from(p.send_slots) * window::wrs_per_command(p.rkey_scope, self.max_segs);
         for (cq, cqe) in [
             (&mut self.send_cq, self.send_wrs as i32),
             (&mut self.recv_cq, i32::from(p.nr_recv)),
@@ -702,6 +710,7 @@ mod tests {
             recv_size: 8320,
             retry_count: 7,
             rkey_scope: RkeyScope::Command,
+            max_segments: 1,
             comp_vector: 0,
             timeout: Duration::from_millis(500),
         };

@@ -344,6 +344,7 @@ fn connect_params(
         comp_vector: target.opts.comp_vector.unwrap_or(0) as i32,
         timeout,
         rkey_scope: target.opts.rkey_scope.unwrap_or_default(),
+        max_segments: 1,
     }
 }
 
@@ -363,6 +364,7 @@ fn channel_config(ep: &Endpoint, depth: u16, lun: u64, req_it_iu_len: u32) -> Ch
         req_lim: l.req_lim_delta,
         max_imm,
         imm_data_offset: size::IMM_DATA_OFFSET,
+        max_it_iu_len: l.max_it_iu_len.min(req_it_iu_len),
         max_retries: 5,
     }
 }
@@ -467,6 +469,8 @@ pub fn detached_channels(
                 req_lim: 0,
                 max_imm: 0,
                 imm_data_offset: size::IMM_DATA_OFFSET,
+                // the target the device was served from accepted what srp-ublk asks for
+                max_it_iu_len: size::IMM_DATA_OFFSET as u32 + MAX_IMM_DATA,
                 max_retries: 5,
             };
             let mut ch = Channel::new(Endpoint::detached(device), cfg);

@@ -17,6 +17,8 @@ pub struct ChannelConfig {
     pub max_imm: u32,
     /// Offset of immediate data in an SRP_CMD (agreed at login, 68).
     pub imm_data_offset: usize,
+    /// The largest IU the target accepts (LOGIN_RSP `max_it_iu_len`).
+    pub max_it_iu_len: u32,
     /// Retries of a command that failed with a retryable status (unit attention, busy, ...).
     pub max_retries: u8,
 }

@@ -215,4 +215,12 @@ pub enum SubmitError {
     /// The channel is down.
     #[error("channel is down: {0}")]
     Down(DownReason),
+    /// A command's data in more segments than the channel carries (or in none).
+    #[error("{given} data segments where a command carries 1 to {max}")]
+    Segments {
+        /// The segments given.
+        given: usize,
+        /// The most the channel takes.
+        max: u16,
+    },
 }

@@ -26,7 +26,7 @@ impl<T: Transport> Channel<T> {
     /// The old transport must be closed (no RDMA into the buffers, no completions) before `resume`.
     pub fn reconnect(
         &mut self,
-        t: T,
+        mut t: T,
         req_lim: i32,
         max_imm: u32,
         rekey: &mut dyn FnMut(u16, DataBuf) -> DataBuf,
@@ -49,6 +49,10 @@ impl<T: Transport> Channel<T> {
                 DataDir::None => DataDir::None,
                 DataDir::In(b) => DataDir::In(rekey(tag, b)),
                 DataDir::Out(b) => DataDir::Out(rekey(tag, b)),
+                d @ (DataDir::InSegments(_) | DataDir::OutSegments(_)) => {
+                    self.segs.rekey(tag, rekey);
+                    d
+                }
             };
         }
         self.waiting.extend(order);
@@ -68,6 +72,8 @@ impl<T: Transport> Channel<T> {
         self.req_lim = req_lim;
         self.cfg.req_lim = req_lim;
         self.cfg.max_imm = max_imm;
+        self.segs
+            .set_max(super::segments::max_for(&mut t, &self.cfg));
         self.down = None;
         std::mem::replace(&mut self.t, t)
     }

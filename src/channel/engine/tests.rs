@@ -27,6 +27,7 @@ fn cfg(req_lim: i32) -> ChannelConfig {
         req_lim,
         max_imm: 8192,
         imm_data_offset: 68,
+        max_it_iu_len: 8260,
         max_retries: 3,
     }
 }
@@ -954,4 +955,119 @@ fn a_credit_grant_past_any_queue_is_kept_sane() {
     }
     io(&mut ch, &bufs, 0, BlockOp::Read, 0, 4096);
     assert_eq!(drain(&mut ch).len(), 1, "I/O still runs");
+}
+
+/// A command's data in several segments goes as one indirect descriptor, all inline, each
+/// segment in its own window that closes with the command; one segment goes direct; more than the
+/// channel carries is refused before anything is sent.
+#[test]
+fn segments_go_as_an_inline_indirect_table_with_a_window_each() {
+    let (mut ch, bufs) = setup(16);
+    // three segments of three buffers, one of them not at its buffer's start: 31 blocks
+    let segs = [
+        bufs[0].prefix(4096),
+        DataBuf {
+            addr: bufs[1].addr + 512,
+            len: 8192,
+            ..bufs[1]
+        },
+        bufs[2].prefix(3584),
+    ];
+    let total: u32 = segs.iter().map(|s| s.len).sum();
+    let pat: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
+    let mut at = 0;
+    for s in &segs {
+        let t = ch.transport();
+        let b = bufs.iter().find(|b| b.lkey == s.lkey).copied().unwrap();
+        let off = (s.addr - b.addr) as usize;
+        t.buf(b)[off..off + s.len as usize].copy_from_slice(&pat[at..at + s.len as usize]);
+        at += s.len as usize;
+    }
+    ch.submit_segments(4, Cdb::write16(8, total / 512, false), true, &segs)
+        .unwrap();
+    assert!(drain(&mut ch).iter().all(|d| d.outcome.errno == 0));
+    let t = ch.transport();
+    assert_eq!(&t.disk[8 * 512..8 * 512 + total as usize], &pat[..]);
+    let sent = t
+        .last_indirect
+        .take()
+        .expect("an indirect descriptor, inline whole");
+    let lens: Vec<u32> = sent.iter().map(|d| d.len).collect();
+    assert_eq!(lens, [4096, 8192, 3584]);
+    assert_eq!(sent[1].va, bufs[1].addr + 512);
+    // each window closed with its command: the keys the target saw open nothing now
+    for d in &sent {
+        assert!(
+            !t.rdma_write(d.key, d.va, &[0xff]),
+            "window {:#x} still open",
+            d.key
+        );
+    }
+    // read back into the segments (in a fresh channel: the stray writes above broke this one)
+    let (mut ch2, _) = setup(16);
+    ch2.transport().disk = t.disk.clone();
+    let bufs2: Vec<DataBuf> = (0..3).map(|_| ch2.transport().alloc(65536)).collect();
+    let segs2 = [
+        bufs2[0].prefix(1024),
+        bufs2[1].prefix(12288),
+        bufs2[2].prefix(2560),
+    ];
+    ch2.submit_segments(5, Cdb::read16(8, total / 512, false), false, &segs2)
+        .unwrap();
+    assert!(drain(&mut ch2).iter().all(|d| d.outcome.errno == 0));
+    let mut got = Vec::new();
+    for s in &segs2 {
+        got.extend_from_slice(&ch2.transport().buf(*s)[..s.len as usize]);
+    }
+    assert_eq!(got, pat);
+    // one segment: a direct descriptor
+    ch2.submit_segments(6, Cdb::read16(8, 8, false), false, &[bufs2[0].prefix(4096)])
+        .unwrap();
+    drain(&mut ch2);
+    assert_eq!(ch2.transport().last_direct.map(|d| d.2), Some(4096));
+    // the fake's send queue takes 16 segments a command
+    assert_eq!(ch2.max_segments(), 16);
+    let many = vec![bufs2[0].prefix(512); 17];
+    let e = ch2
+        .submit_segments(7, Cdb::read16(0, 17, false), false, &many)
+        .unwrap_err();
+    assert_eq!(e, SubmitError::Segments { given: 17, max: 16 });
+    assert_eq!(ch2.busy(), 0);
+}
+
+/// The segments an IU has room for bound what a command may carry: a 512-byte send slot holds
+/// 27 descriptors behind the SRP_CMD and the indirect header.
+#[test]
+fn the_iu_bounds_the_segments() {
+    assert_eq!(segments::inline_room(512), 27);
+    assert_eq!(segments::inline_room(8260), 512);
+    assert_eq!(segments::inline_room(60), 0);
+}
+
+/// A command in segments held over a reconnect has each segment re-keyed and goes again whole.
+#[test]
+fn held_segments_are_rekeyed_each_and_sent_again() {
+    let (mut ch, bufs) = setup(16);
+    ch.transport().disk[..8192].fill(0x3c);
+    ch.transport().faults.hold_rsps = true;
+    let segs = [bufs[0].prefix(4096), bufs[1].prefix(4096)];
+    ch.submit_segments(0, Cdb::read16(0, 16, false), false, &segs)
+        .unwrap();
+    assert!(drain(&mut ch).is_empty());
+    ch.transport().send_t_logout();
+    assert!(drain(&mut ch).is_empty());
+    let new = ch.transport().successor();
+    let mut rekeyed = Vec::new();
+    drop(ch.reconnect(new, 16, 8192, &mut |tag, b| {
+        rekeyed.push((tag, b.addr));
+        b
+    }));
+    assert_eq!(rekeyed, [(0, bufs[0].addr), (0, bufs[1].addr)]);
+    ch.resume(0, ReissueLimit::new(Some(15_000)), &mut |_| {});
+    let done = drain(&mut ch);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].outcome.errno, 0);
+    for b in &bufs[..2] {
+        assert!(ch.transport().buf(*b)[..4096].iter().all(|&x| x == 0x3c));
+    }
 }

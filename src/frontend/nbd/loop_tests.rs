@@ -64,6 +64,7 @@ fn connection(ex: &Export, relog: Relog, timers: Timers) -> (Conn<'_, Relog>, Cl
         req_lim: 16,
         max_imm: 8192,
         imm_data_offset: 68,
+        max_it_iu_len: 8260,
         max_retries: 3,
     };
     let bufs = TagBufs::new(DEPTH, ex.max_io);

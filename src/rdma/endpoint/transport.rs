@@ -18,7 +18,7 @@ pub(super) struct Queued {
     pub(super) wr: ibv_send_wr,
     sge: [ibv_sge; 2],
     /// The window this request binds, if it is a bind.
-    pub(super) bound: Option<u16>,
+    pub(super) bound: Option<usize>,
 }
 
 impl Queued {
@@ -320,10 +320,15 @@ impl Transport for Endpoint {
     fn open_window(
         &mut self,
         win: u16,
+        seg: u16,
         buf: DataBuf,
         access: RemoteAccess,
     ) -> Result<DataBuf, TransportError> {
-        self.bind_window(win, buf, access)
+        self.bind_window(win, seg, buf, access)
+    }
+
+    fn max_segments(&self) -> u16 {
+        self.max_segs
     }
 
     fn close_window(&mut self, win: u16) {

@@ -33,11 +33,11 @@ fn next_key(rkey: u32) -> u32 {
     (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }
 
-/// Work requests per command in the send queue: its SEND, and in command scope its window's bind
-/// and invalidation.
-pub(super) fn wrs_per_command(scope: RkeyScope) -> usize {
+/// Work requests per command of at most `segs` segments in the send queue: its SEND, and in
+/// command scope each segment's window's bind and invalidation.
+pub(super) fn wrs_per_command(scope: RkeyScope, segs: u16) -> usize {
     match scope {
-        RkeyScope::Command => 3,
+        RkeyScope::Command => 1 + 2 * usize::from(segs.max(1)),
         RkeyScope::Login => 1,
     }
 }
@@ -107,10 +107,29 @@ impl Endpoint {
         data.iter().copied().chain([self.scratch_mr]).find(key)
     }
 
+    /// Window `seg` of tag `win`: the windows are allocated a level (one per send slot) at a
+    /// time, level `seg` when a command first has that many segments.
+    fn window_index(&mut self, win: u16, seg: u16) -> Result<usize, TransportError> {
+        let bad = |cause| TransportError {
+            op: "bind memory window",
+            cause,
+        };
+        if win >= self.nr_send || seg >= self.max_segs {
+            return Err(bad(TransportCause::NoWindow(win)));
+        }
+        let i = usize::from(seg) * usize::from(self.nr_send) + usize::from(win);
+        while self.windows.len() <= i {
+            self.alloc_windows(self.nr_send)
+                .map_err(|e| bad(TransportCause::Os(e.errno())))?;
+        }
+        Ok(i)
+    }
+
     /// [`Transport::open_window`](crate::channel::Transport::open_window) for the endpoint.
     pub(super) fn bind_window(
         &mut self,
         win: u16,
+        seg: u16,
         buf: DataBuf,
         access: RemoteAccess,
     ) -> Result<DataBuf, TransportError> {
@@ -120,30 +139,24 @@ impl Endpoint {
         if self.closed || self.quiesced {
             return Err(closed("bind memory window"));
         }
-        let bad = |cause| TransportError {
+        let mr = self.region(win, buf.lkey).ok_or(TransportError {
             op: "bind memory window",
-            cause,
-        };
-        let mr = self
-            .region(win, buf.lkey)
-            .ok_or_else(|| bad(TransportCause::UnknownKey(buf.lkey)))?;
-        let w = self
-            .windows
-            .get(usize::from(win))
-            .ok_or_else(|| bad(TransportCause::NoWindow(win)))?;
-        if w.in_chain {
+            cause: TransportCause::UnknownKey(buf.lkey),
+        })?;
+        let i = self.window_index(win, seg)?;
+        if self.windows[i].in_chain {
             // the provider reads the window's current key when the chain is posted
             self.flush_chain()?;
         }
-        self.invalidate_window(win);
-        let w = &mut self.windows[usize::from(win)];
+        self.invalidate(i);
+        let w = &mut self.windows[i];
         w.rkey = next_key(w.rkey);
         (w.open, w.in_chain) = (true, true);
         let mw_access = match access {
             RemoteAccess::Read => ibv_access_flags::IBV_ACCESS_REMOTE_READ.0,
             RemoteAccess::Write => ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0,
         };
-        let mut q = Queued::empty(WR_WINDOW | u64::from(win), ibv_wr_opcode::IBV_WR_BIND_MW);
+        let mut q = Queued::empty(WR_WINDOW | i as u64, ibv_wr_opcode::IBV_WR_BIND_MW);
         q.wr.bind_mw_tso_union.bind_mw = bind_mw_t {
             mw: w.mw,
             rkey: w.rkey,
@@ -154,15 +167,26 @@ impl Endpoint {
                 mw_access_flags: mw_access,
             },
         };
-        q.bound = Some(win);
+        q.bound = Some(i);
         let rkey = w.rkey;
         self.queue(q)?;
         Ok(DataBuf { rkey, ..buf })
     }
 
-    /// [`Transport::close_window`](crate::channel::Transport::close_window) for the endpoint.
+    /// [`Transport::close_window`](crate::channel::Transport::close_window) for the endpoint:
+    /// every open window of tag `win`.
     pub(super) fn invalidate_window(&mut self, win: u16) {
-        let Some(w) = self.windows.get_mut(usize::from(win)) else {
+        let n = usize::from(self.nr_send);
+        let mut i = usize::from(win);
+        while i < self.windows.len() {
+            self.invalidate(i);
+            i += n;
+        }
+    }
+
+    /// Invalidates window `i` if it is open.
+    fn invalidate(&mut self, i: usize) {
+        let Some(w) = self.windows.get_mut(i) else {
             return;
         };
         if !w.open {
@@ -173,7 +197,7 @@ impl Endpoint {
             // the QP is in the error state: nothing reaches the buffer any more
             return;
         }
-        let mut q = Queued::empty(WR_WINDOW | u64::from(win), ibv_wr_opcode::IBV_WR_LOCAL_INV);
+        let mut q = Queued::empty(WR_WINDOW | i as u64, ibv_wr_opcode::IBV_WR_LOCAL_INV);
         q.wr.imm_data_invalidated_rkey_union.invalidated_rkey = w.rkey;
         // a post that failed here (a full chain is posted at once) is reported by the next flush
         if let Err(e) = self.queue(q) {
@@ -184,8 +208,8 @@ impl Endpoint {
     /// After a chain was posted (or dropped): the provider's key of every window bound in it is
     /// the one we chose.
     pub(super) fn windows_posted(&mut self, chain: &[Queued], posted: bool) {
-        for win in chain.iter().filter_map(|q| q.bound) {
-            let w = &mut self.windows[usize::from(win)];
+        for i in chain.iter().filter_map(|q| q.bound) {
+            let w = &mut self.windows[i];
             w.in_chain = false;
             if posted {
                 // SAFETY: w.mw is a valid window of ours; the provider reads `rkey` only while
