@@ -41,15 +41,15 @@ impl Instant {
 
 impl Transport for Instant {
     type Registered = ();
-    fn register_bufs(
+    fn register(
         &mut self,
-        bufs: &srp_ublk::rdma::TagBufs,
+        mem: &srp_ublk::rdma::Lent,
     ) -> Result<((), Vec<DataBuf>), srp_ublk::channel::TransportError> {
-        let descs = bufs
-            .region_spans()
+        let descs = mem
+            .regions()
             .map(|(addr, len)| DataBuf {
                 addr,
-                len,
+                len: len as u32,
                 lkey: 1,
                 rkey: 1,
             })

@@ -12,7 +12,7 @@ use super::{
     DataBuf, PortDown, RemoteAccess, Transport, TransportCause, TransportError, Wc, WcKind,
     WcStatus,
 };
-use crate::rdma::{Keep, TagBufs};
+use crate::rdma::Lent;
 use crate::wire::scsi::cdb::op;
 use crate::wire::srp::{
     parse_initiator_iu, AerReq, CredReq, DataDesc, DirectBuf, InitiatorIu, RspFlags, ScsiLun,
@@ -77,13 +77,13 @@ pub struct FakeTarget {
     recv: Vec<Vec<u8>>,
     recv_posted: Vec<bool>,
     bufs: Vec<Vec<u8>>,
-    /// Tag buffers registered by [`Transport::register_bufs`] or adopted: (first key, how many,
+    /// Tag buffers registered by [`Transport::register`] or adopted: (first key, how many,
     /// the memory).
-    tag_bufs: Vec<(u32, u32, Keep)>,
+    tag_bufs: Vec<(u32, u32, Lent)>,
     next_tag_key: u32,
     /// The simulated RDMA device: a registration made on one serves a login on the same one.
     pub device: u32,
-    /// Registrations made ([`Transport::register_bufs`]), by this login and its predecessors.
+    /// Registrations made ([`Transport::register`]), by this login and its predecessors.
     pub registrations: u32,
     cq: VecDeque<Wc>,
     outbox: VecDeque<Vec<u8>>,
@@ -121,7 +121,7 @@ pub struct FakeTarget {
 pub struct FakeRegistration {
     device: u32,
     first: u32,
-    keep: Keep,
+    keep: Lent,
 }
 
 /// A SEND queued for the next chain: slot, length, immediate data, signalled.
@@ -253,7 +253,7 @@ impl FakeTarget {
     }
 
     /// The registered tag buffers `key` opens, if this login registered it.
-    fn tag_mem(&self, key: u32) -> Option<&Keep> {
+    fn tag_mem(&self, key: u32) -> Option<&Lent> {
         self.tag_bufs
             .iter()
             .find(|(first, n, _)| (*first..*first + *n).contains(&key))
@@ -664,22 +664,19 @@ impl Transport for FakeTarget {
         Some(ev.to_string())
     }
 
-    fn register_bufs(
-        &mut self,
-        bufs: &TagBufs,
-    ) -> Result<(FakeRegistration, Vec<DataBuf>), TransportError> {
+    fn register(&mut self, mem: &Lent) -> Result<(FakeRegistration, Vec<DataBuf>), TransportError> {
         let first = self.next_tag_key;
-        let keep = bufs.keep();
-        let n = keep.regions() as u32;
+        let keep = mem.clone();
+        let n = keep.len() as u32;
         self.next_tag_key += n;
         self.registrations += 1;
         self.tag_bufs.push((first, n, keep.clone()));
-        let descs = bufs
-            .region_spans()
+        let descs = mem
+            .regions()
             .zip(first..)
             .map(|((addr, len), key)| DataBuf {
                 addr,
-                len,
+                len: len as u32,
                 lkey: key,
                 rkey: key,
             })
@@ -696,7 +693,7 @@ impl Transport for FakeTarget {
         if reg.device != self.device {
             return false;
         }
-        let n = reg.keep.regions() as u32;
+        let n = reg.keep.len() as u32;
         self.tag_bufs.push((reg.first, n, reg.keep.clone()));
         true
     }

@@ -16,7 +16,7 @@ pub use engine::{
     ReissueLimit, Timeout, TmfAnswer, CMD_TIMEOUT_MS, LINK_CHECK_MS, STALL_MS, TMF_TIMEOUT_MS,
 };
 
-use crate::rdma::TagBufs;
+use crate::rdma::Lent;
 use crate::wire::scsi::Cdb;
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
@@ -147,7 +147,7 @@ pub enum TransportCause {
 
 /// What the channel engine needs from the RDMA connection (or from a fake target).
 pub trait Transport {
-    /// Buffers registered through [`Transport::register_bufs`].
+    /// Memory registered through [`Transport::register`].
     type Registered: Send;
     /// Send slot `slot`'s buffer, where an IU is encoded before [`Transport::post_send`].
     fn send_buf(&mut self, slot: u16) -> &mut [u8];
@@ -191,13 +191,10 @@ pub trait Transport {
     fn link_down(&mut self) -> Option<PortDown> {
         None
     }
-    /// Registers `bufs` for the target's RDMA on this transport's device: the registration (the
+    /// Registers `mem` for the target's RDMA on this transport's device: the registration (the
     /// memory kept allocated while it lives), and one descriptor per region. A path keeps it from
     /// one login to the next ([`Transport::adopt`]).
-    fn register_bufs(
-        &mut self,
-        bufs: &TagBufs,
-    ) -> Result<(Self::Registered, Vec<DataBuf>), TransportError>;
+    fn register(&mut self, mem: &Lent) -> Result<(Self::Registered, Vec<DataBuf>), TransportError>;
     /// Whether `reg`, registered on an earlier login, serves this one too (the same device and
     /// access): the target then reaches the buffers through it, with the keys it had.
     fn adopt(&mut self, reg: &Self::Registered) -> bool;

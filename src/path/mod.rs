@@ -148,7 +148,7 @@ impl<C: Connect> Path<C> {
         } else {
             let (reg, data) = ch
                 .transport()
-                .register_bufs(&bufs)
+                .register(&bufs.lent())
                 .map_err(PathError::Register)?;
             (Some(reg), data)
         };
@@ -556,7 +556,7 @@ impl<C: Connect> Path<C> {
                 if self.reg.as_ref().is_some_and(|r| f.t.adopt(r)) {
                     Ok((f, None))
                 } else {
-                    match f.t.register_bufs(&self.bufs) {
+                    match f.t.register(&self.bufs.lent()) {
                         Ok(reg) => Ok((f, Some(reg))),
                         Err(e) => Err(ReconnectError::<C::Error>::Register(e)),
                     }

@@ -481,7 +481,7 @@ fn service_pool(p: &mut Path<&FakeConnect>, now: Instant) -> Finished {
     p.service(now, &mut |d, b| {
         // SAFETY: the span is the finished read's, and nothing refers to the pool's memory (the
         // kernel's copy out of it, as a test has it)
-        let data = unsafe { b.keep().dma_read(b.commit_addr(d.tag), BIG as usize) };
+        let data = unsafe { b.lent().dma_read(b.commit_addr(d.tag), BIG as usize) };
         out.push((d.tag, d.outcome.errno, data.expect("inside the pool")));
     });
     out
@@ -491,7 +491,7 @@ fn service_pool(p: &mut Path<&FakeConnect>, now: Instant) -> Finished {
 fn get_data(p: &mut Path<&FakeConnect>, addr: u64, data: &[u8]) {
     // SAFETY: the span is reserved for the write and nothing refers to the pool's memory (the
     // kernel's copy into it, as a test has it)
-    let copied = unsafe { p.bufs().keep().dma_write(addr, data) };
+    let copied = unsafe { p.bufs().lent().dma_write(addr, data) };
     assert!(copied, "inside the pool");
 }
 

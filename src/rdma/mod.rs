@@ -17,8 +17,9 @@ mod tagbufs;
 pub mod umad;
 
 pub use endpoint::{ConnectParams, Endpoint};
+pub use mem::Lent;
 pub use sockaddr::{ib_sockaddr, rdma_cm_service_id, SockaddrIb, AF_IB, RDMA_PS_IB, RDMA_PS_TCP};
-pub use tagbufs::{Keep, TagBufs};
+pub use tagbufs::TagBufs;
 
 use crate::wire::srp::LoginRejReason;
 use crate::wire::WireError;

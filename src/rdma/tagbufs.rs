@@ -11,10 +11,11 @@
 //! pins the area alone, sized by a budget rather than by depth.
 //!
 //! The memory is shared between its owner ([`TagBufs`], the only one that makes Rust references to
-//! it) and every endpoint that registered it ([`Keep`], which makes none and only keeps the memory
-//! alive): a registration can never outlive the memory the HCA may write, whatever the drop order,
-//! so registering is safe.
+//! it) and every registration of it ([`Lent`], which makes none and only keeps the memory alive):
+//! a registration can never outlive the memory the HCA may write, whatever the drop order, so
+//! registering is safe.
 
+use super::mem::Lent;
 use libublk::helpers::IoBuf;
 use std::sync::Arc;
 
@@ -55,11 +56,6 @@ impl Mem {
             0
         }
     }
-
-    /// The number of registered regions.
-    fn nr_regions(&self) -> usize {
-        self.heads() + usize::from(self.area.is_some())
-    }
 }
 
 /// The data buffers of `depth` tags: see the module documentation.
@@ -76,11 +72,6 @@ pub struct TagBufs {
     /// device copies by itself): neither the kernel nor the daemon reads or writes them.
     fetch: Vec<IoBuf<u8>>,
 }
-
-/// What an endpoint holds of the buffers it registered: the memory stays allocated until the last
-/// holder is gone. Its accessors stand in for the HCA (the fake target's DMA).
-#[derive(Clone)]
-pub struct Keep(Arc<Mem>);
 
 impl TagBufs {
     /// `depth` buffers of `size` bytes, each registered whole (no staging).
@@ -262,68 +253,22 @@ impl TagBufs {
         }
     }
 
-    /// The regions to register, in order: each tag's head (region `t` for tag `t`) when tags
-    /// have one, then the area ([`TagBufs::area_region`]).
-    pub(super) fn regions(&self) -> impl Iterator<Item = (*mut u8, usize)> + '_ {
-        self.mem.regions()
-    }
-
     /// The registered regions as descriptors see them: start address and length.
     pub fn region_spans(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.regions().map(|(p, len)| (p as u64, len as u32))
+        self.mem.regions().map(|(p, len)| (p as u64, len as u32))
     }
 
-    /// A holder for an endpoint that registers these buffers.
-    pub fn keep(&self) -> Keep {
-        Keep(self.mem.clone())
-    }
-}
-
-impl Keep {
-    /// The number of registered regions (each tag's head, and the area).
-    pub fn regions(&self) -> usize {
-        self.0.nr_regions()
-    }
-
-    /// Where the registered range holding `addr..addr+len` starts, if one does.
-    #[cfg(any(test, feature = "test-utils"))]
-    fn find(&self, addr: u64, len: usize) -> Option<*mut u8> {
-        self.0.regions().find_map(|(start, size)| {
-            let off = addr.checked_sub(start as u64)? as usize;
-            (off.checked_add(len)? <= size).then_some(start.wrapping_add(off))
-        })
-    }
-
-    /// Copies `len` bytes at `addr` out of the buffers (an RDMA READ by a simulated target); None
-    /// when the range is not inside one registered region.
-    ///
-    /// # Safety
-    /// No Rust reference to those bytes lives during the call: the owner has lent them to a
-    /// command (as the HCA reads a buffer only while its command is outstanding).
-    #[cfg(any(test, feature = "test-utils"))]
-    pub unsafe fn dma_read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let at = self.find(addr, len)?;
-        let mut out = vec![0u8; len];
-        // SAFETY: at..at+len lies inside a live allocation we hold (checked by `find`), and no
-        // reference to it lives (the caller's promise); a byte copy into our own vector.
-        unsafe { std::ptr::copy_nonoverlapping(at, out.as_mut_ptr(), len) };
-        Some(out)
-    }
-
-    /// Copies `data` into the buffers at `addr` (an RDMA WRITE by a simulated target); false when
-    /// the range is not inside one registered region.
-    ///
-    /// # Safety
-    /// As for [`Keep::dma_read`]: no Rust reference to those bytes lives during the call.
-    #[cfg(any(test, feature = "test-utils"))]
-    pub unsafe fn dma_write(&self, addr: u64, data: &[u8]) -> bool {
-        let Some(at) = self.find(addr, data.len()) else {
-            return false;
-        };
-        // SAFETY: as in `dma_read`: inside a live allocation (checked by `find`), and nothing
-        // else refers to those bytes (the caller's promise).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
-        true
+    /// The regions to register, in order: each tag's head (region `t` for tag `t`) when tags
+    /// have one, then the area ([`TagBufs::area_region`]), lent with the memory they lie in.
+    pub fn lent(&self) -> Lent {
+        let regions = self
+            .mem
+            .regions()
+            .map(|(p, len)| (p as usize, len))
+            .collect();
+        // SAFETY: every region lies in `mem`'s allocations (IoBufs, freed only when `mem` is
+        // dropped and never resized), which the Arc keeps.
+        unsafe { Lent::new(regions, self.mem.clone()) }
     }
 }
 
@@ -364,7 +309,7 @@ mod tests {
     #[test]
     fn a_target_reaches_a_tags_head_and_the_staging_buffers_only() {
         let b = TagBufs::with_head(2, 64 << 10, 8 << 10, 1);
-        let k = b.keep();
+        let k = b.lent();
         // SAFETY: this test makes no reference to the buffers' memory
         let write = |addr, data: &[u8]| unsafe { k.dma_write(addr, data) };
         // SAFETY: as for `write`

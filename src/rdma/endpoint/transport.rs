@@ -7,7 +7,7 @@ use crate::channel::{
     WcStatus,
 };
 use crate::rdma::mem::Registration;
-use crate::rdma::TagBufs;
+use crate::rdma::Lent;
 use rdma_sys::*;
 use std::os::fd::RawFd;
 use std::ptr::null_mut;
@@ -288,14 +288,11 @@ impl Transport for Endpoint {
         Ok(n)
     }
 
-    fn register_bufs(
-        &mut self,
-        bufs: &TagBufs,
-    ) -> Result<(Registration, Vec<DataBuf>), TransportError> {
+    fn register(&mut self, mem: &Lent) -> Result<(Registration, Vec<DataBuf>), TransportError> {
         let Some(domain) = self.domain.clone() else {
             return Err(closed("ibv_reg_mr"));
         };
-        let (reg, descs) = Registration::new(domain, bufs, data_access(self.scope))
+        let (reg, descs) = Registration::new(domain, mem, data_access(self.scope))
             .map_err(|e| terr("ibv_reg_mr", e.errno()))?;
         self.data = Some(reg.share());
         Ok((reg, descs))

@@ -12,8 +12,11 @@
 //! on the device has let go of its registration and its logins, which [`crate::path`] does when it
 //! sees the removal.
 
-use super::{lifecycle, Keep, RdmaError, TagBufs};
+use super::{lifecycle, RdmaError};
 use crate::channel::DataBuf;
+mod lent;
+pub use lent::Lent;
+
 use rdma_sys::*;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -185,7 +188,7 @@ struct Regions {
     access: ibv_access_flags,
     mrs: Vec<*mut ibv_mr>,
     bytes: u64,
-    keep: Keep,
+    keep: Lent,
 }
 
 // SAFETY: the MRs belong to these regions alone and are only read until the drop deregisters
@@ -195,10 +198,10 @@ unsafe impl Send for Regions {}
 unsafe impl Sync for Regions {}
 
 impl Registration {
-    /// Registers each of `bufs`' regions with `access`; one descriptor per region.
+    /// Registers each of `mem`'s regions with `access`; one descriptor per region.
     pub(super) fn new(
         domain: Arc<Domain>,
-        bufs: &TagBufs,
+        mem: &Lent,
         access: ibv_access_flags,
     ) -> Result<(Registration, Vec<DataBuf>), RdmaError> {
         let mut r = Regions {
@@ -206,12 +209,14 @@ impl Registration {
             access,
             mrs: Vec::new(),
             bytes: 0,
-            keep: bufs.keep(),
+            keep: mem.clone(),
         };
         let mut descs = Vec::new();
-        for (ptr, len) in bufs.regions() {
+        for (addr, len) in mem.regions() {
+            let ptr = addr as *mut u8;
             // SAFETY: pd is valid while we hold the domain; ptr..ptr+len is memory `keep` holds
-            // allocated until these regions are gone (their drop deregisters first).
+            // allocated, at this address, until these regions are gone (their drop deregisters
+            // first): what a Lent promises.
             let mr =
                 unsafe { ibv_reg_mr(r.domain.pd, ptr as *mut libc::c_void, len, access.0 as i32) };
             if mr.is_null() {
