@@ -13,7 +13,8 @@ pub mod fake;
 
 pub use engine::{
     send_slots, Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, PortDown,
-    ReissueLimit, Timeout, TmfAnswer, CMD_TIMEOUT_MS, LINK_CHECK_MS, STALL_MS, TMF_TIMEOUT_MS,
+    ReissueLimit, SubmitError, Timeout, TmfAnswer, CMD_TIMEOUT_MS, LINK_CHECK_MS, STALL_MS,
+    TMF_TIMEOUT_MS,
 };
 
 use crate::rdma::Lent;

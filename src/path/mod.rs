@@ -14,6 +14,7 @@
 //! sees the transport.
 
 mod drive;
+mod loan;
 mod session;
 mod staging;
 #[cfg(test)]
@@ -117,6 +118,11 @@ pub struct Path<C: Connect> {
     /// The descriptor of each registered region: tag `t`'s head at `t`, then the area
     /// ([`TagBufs::area_region`]).
     data: Vec<DataBuf>,
+    /// Memory the front end lent ([`Path::lend`]).
+    loan: Option<loan::Loan<<C::T as Transport>::Registered>>,
+    loan_gen: u32,
+    /// Registrations of replaced loans, until no command is outstanding.
+    retired: Vec<<C::T as Transport>::Registered>,
     /// Which tag holds which span of the area, and the commands waiting for room.
     stage: Staging,
     rport: Rport,
@@ -158,6 +164,9 @@ impl<C: Connect> Path<C> {
             bufs,
             reg,
             data,
+            loan: None,
+            loan_gen: 0,
+            retired: Vec::new(),
             rport,
             connect,
             name,
@@ -275,6 +284,32 @@ impl<C: Connect> Path<C> {
             }
             Plan::Stage | Plan::Direct => self.start(r),
         }
+    }
+
+    /// Queues `cdb` on tag `tag` with its data in `segs`, registered memory the front end lent
+    /// ([`Path::lend`]); data-out with `out`. Posted by the next [`Path::service`]; an error is the
+    /// errno to complete it with.
+    pub fn submit_segments(
+        &mut self,
+        tag: u16,
+        cdb: crate::wire::scsi::Cdb,
+        out: bool,
+        segs: &[DataBuf],
+    ) -> Result<(), i32> {
+        if tag >= self.bufs.depth() {
+            return Err(libc::EINVAL);
+        }
+        self.ch
+            .submit_segments(tag, cdb, out, segs)
+            .map_err(|e| match e {
+                crate::channel::SubmitError::Segments { .. } => libc::EINVAL,
+                _ => libc::EIO,
+            })
+    }
+
+    /// The most segments [`Path::submit_segments`] takes for one command.
+    pub fn max_segments(&self) -> u16 {
+        self.ch.max_segments()
     }
 
     /// Reserves the span a pool write's data is to be copied into: its address, or None when the
@@ -450,6 +485,7 @@ impl<C: Connect> Path<C> {
         // what the front end submitted since the last pass goes as one chain
         self.ch.flush();
         let n = self.complete(done);
+        self.drop_retired();
         if let Some(m) = &mut self.session {
             let epoch = m.link.epoch();
             if epoch != m.epoch {
@@ -523,6 +559,7 @@ impl<C: Connect> Path<C> {
         if self.ch.transport().release_if_removed() {
             // the removal completes only once nothing of ours is registered on the device
             self.reg = None;
+            self.loan_released();
             let since = SystemTime::now()
                 .checked_sub(step.down_for)
                 .unwrap_or_else(SystemTime::now);
@@ -553,18 +590,19 @@ impl<C: Connect> Path<C> {
         let fresh = match self.connect.connect(self.ch.transport()) {
             Ok(mut f) => {
                 // the registration serves the new login when it is on the same device
-                if self.reg.as_ref().is_some_and(|r| f.t.adopt(r)) {
-                    Ok((f, None))
+                let bufs = if self.reg.as_ref().is_some_and(|r| f.t.adopt(r)) {
+                    Ok(None)
                 } else {
-                    match f.t.register(&self.bufs.lent()) {
-                        Ok(reg) => Ok((f, Some(reg))),
-                        Err(e) => Err(ReconnectError::<C::Error>::Register(e)),
-                    }
+                    f.t.register(&self.bufs.lent()).map(Some)
+                };
+                match bufs.and_then(|b| Ok((b, self.loan_for(&mut f.t)?))) {
+                    Ok((b, l)) => Ok((f, b, l)),
+                    Err(e) => Err(ReconnectError::<C::Error>::Register(e)),
                 }
             }
             Err(e) => Err(ReconnectError::Login(e)),
         };
-        let (f, fresh_reg) = match fresh {
+        let (f, fresh_reg, fresh_loan) = match fresh {
             Ok(x) => x,
             Err(e) => {
                 self.rport.retry_later(now);
@@ -579,7 +617,15 @@ impl<C: Connect> Path<C> {
         };
         let (stage, area) = (&self.stage, self.bufs.area_region());
         let data = fresh_reg.as_ref().map_or(&self.data, |(_, d)| d);
+        let loan_keys = self.loan_rekeys(&fresh_loan);
         let old = self.ch.reconnect(f.t, f.req_lim, f.max_imm, &mut |tag, b| {
+            if let Some(&(_, n)) = loan_keys.iter().find(|(old, _)| *old == b.lkey) {
+                return DataBuf {
+                    lkey: n.lkey,
+                    rkey: n.rkey,
+                    ..b
+                };
+            }
             match stage.region(tag, area).and_then(|i| data.get(i)) {
                 Some(n) => DataBuf {
                     lkey: n.lkey,
@@ -597,6 +643,7 @@ impl<C: Connect> Path<C> {
             self.reg = Some(reg);
             self.data = data;
         }
+        self.loan_registered(fresh_loan);
         self.ch.set_hold(false);
         let held = usize::from(self.ch.busy());
         let now_ms = self.base_ms + now.saturating_duration_since(self.base).as_millis() as u64;

@@ -675,3 +675,57 @@ fn a_lun_that_refuses_write_same_is_zeroed_by_zero_writes_from_tag_or_pool_buffe
         assert_eq!(too_long, Err(libc::EINVAL), "pool {pooled}");
     }
 }
+
+/// Memory a front end lends is registered with the channel's, kept over a reconnect through the
+/// same device, registered again through another (new keys, the loan's generation moves), and a
+/// command held over that reconnect goes to the new keys.
+#[test]
+fn lent_memory_follows_the_device_and_held_segments_are_rekeyed() {
+    let c = FakeConnect::default();
+    let mut p = path(&c);
+    p.ch.transport().rkey_scope = crate::wire::target::RkeyScope::Login;
+    let t0 = Instant::now();
+    write(&mut p, 0, 0, 0x77, t0);
+    // a guest's memory, in tests another set of buffers: two regions
+    let guest = TagBufs::new(2, 8192);
+    p.lend(guest.lent()).expect("registered");
+    let gen = p.loan_gen();
+    let (_, descs) = p.loan().expect("registered at once");
+    let descs = descs.to_vec();
+    assert_eq!(descs.len(), 2);
+    let segs = [descs[0].prefix(2048), descs[1].prefix(2048)];
+    p.submit_segments(3, crate::wire::scsi::Cdb::read16(0, 8, false), false, &segs)
+        .expect("submitted");
+    service(&mut p, t0);
+    let lent = guest.lent();
+    // SAFETY: the read completed; nothing else refers to the guest's memory
+    let got = unsafe { lent.dma_read(descs[1].addr, 2048) }.unwrap();
+    assert!(got.iter().all(|&b| b == 0x77));
+    // the same device: the loan stays registered, its keys unchanged
+    break_channel(&mut p);
+    service(&mut p, t0);
+    service(&mut p, t0 + Duration::from_secs(1));
+    assert_eq!((p.reconnects(), p.loan_gen()), (1, gen));
+    assert_eq!(p.loan().unwrap().1, &descs[..]);
+    // another device, with a read on the loan held over the reconnect
+    p.ch.transport().faults.hold_rsps = true;
+    p.submit_segments(4, crate::wire::scsi::Cdb::read16(0, 8, false), false, &segs)
+        .expect("submitted");
+    service(&mut p, t0 + Duration::from_secs(1));
+    c.device.set(Some(9));
+    break_channel(&mut p);
+    service(&mut p, t0 + Duration::from_secs(1));
+    let (done, _) = service(&mut p, t0 + Duration::from_secs(2));
+    assert_eq!(p.reconnects(), 2);
+    assert_eq!(
+        done.iter().map(|d| (d.0, d.1)).collect::<Vec<_>>(),
+        [(4, 0)]
+    );
+    assert_ne!(p.loan_gen(), gen);
+    let now = p.loan().unwrap().1.to_vec();
+    assert_ne!(
+        now[1].lkey, descs[1].lkey,
+        "registered again on the new device"
+    );
+    assert_eq!(now[1].addr, descs[1].addr);
+}
