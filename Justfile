@@ -28,7 +28,7 @@ build: deps
     cargo build --release --locked --features lab-target --example hostile_target
 
 # formatting, clippy, unit tests, fuzz smoke, the lab selftest and the lab's end-to-end suite
-test: deps fmt-check clippy unit fuzz-smoke lab-selftest vm-test vm-test-lab lab-test
+test: deps fmt-check clippy unit fuzz-smoke lab-selftest vm-test vm-test-lab vm-test-vhost lab-test
 
 # cargo fmt --check
 fmt-check:
@@ -62,6 +62,10 @@ vm-test: build
 # a VM on /dev/ublkbN over the SRP LUN inside the lab guest (QEMU under QEMU, both TCG: ~3 min)
 vm-test-lab: build
     bash tests/lab/vm/nested.sh
+
+# the same VM on `serve --vhost-user-blk` (the guest's memory straight to the target)
+vm-test-vhost: build
+    NESTED_MODE=vhost bash tests/lab/vm/nested.sh
 
 # proves lab-run propagates a guest script's exit status
 lab-selftest: build

@@ -16,6 +16,7 @@ pub mod target;
 pub mod udev_id;
 pub mod up;
 pub mod upgrade;
+pub mod vhost;
 
 use clap::{Args, Parser, Subcommand};
 use srp_ublk::session::timers::{parse_tmo, TimerError, Timers, Tmo};
@@ -139,6 +140,7 @@ impl SessionArgs {
             lun: self.single_lun(target)?,
             timeout: Duration::from_secs(self.timeout),
             share_nexus: false,
+            max_segments: 1,
         })
     }
 }

@@ -19,9 +19,19 @@ use std::sync::Arc;
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Where to listen: unix:PATH (default unix:/run/srp-ublk/NAME.sock, created 0600) or
-    /// tcp:ADDRESS:PORT (unauthenticated; say so explicitly).
+    /// tcp:ADDRESS:PORT (with --tls-cert, or --no-tls).
     #[arg(long)]
     pub nbd: Option<String>,
+    /// Serve the LUN as a vhost-user-blk disk on this unix socket instead of NBD: a VMM connects
+    /// to it (QEMU's vhost-user-blk-pci with the guest's memory shared) and the target reads and
+    /// writes the guest's memory directly.
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with_all = ["nbd", "backend", "tls_cert", "no_tls"],
+        requires = "target"
+    )]
+    pub vhost_user_blk: Option<std::path::PathBuf>,
     /// The SRP target (an ib_srp add_target string).
     #[arg(
         long,
@@ -214,6 +224,9 @@ fn hand_over(h: &NbdHandover) {
 
 /// Runs `serve`.
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    if let Some(socket) = &a.vhost_user_blk {
+        return super::vhost::run(&a, socket);
+    }
     let listen = match &a.nbd {
         Some(s) => Listen::parse(s)?,
         None => Listen::Unix(

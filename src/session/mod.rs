@@ -89,6 +89,9 @@ pub struct SessionOptions {
     /// channel 0 in with MULTI too. A SINGLE login tears down every channel of the nexus, as SRP
     /// r16a says and LIO does.
     pub share_nexus: bool,
+    /// The most data segments one command may have (1 for a block device's and NBD's buffers;
+    /// more for a guest's memory, which the vhost-user front end hands over as it is).
+    pub max_segments: u16,
 }
 
 /// What the LUN is.
@@ -257,6 +260,12 @@ impl Relogin {
         }
     }
 
+    /// Logins that carry commands of up to `n` data segments ([`SessionOptions::max_segments`]).
+    pub fn with_segments(mut self, n: u16) -> Relogin {
+        self.params.max_segments = n.max(1);
+        self
+    }
+
     /// Logs in one channel, each CM step limited to `step` (shorter than the first login's limit,
     /// so a queue waiting on a dead fabric still reaches its fast_io_fail and dev_loss deadlines).
     /// With [`Relogin::expecting`], a login that finds another LUN is refused.
@@ -402,7 +411,8 @@ impl Session {
         } else {
             MultiChannelAction::Single
         };
-        let p0 = connect_params(target, first, want_depth, opts.timeout);
+        let mut p0 = connect_params(target, first, want_depth, opts.timeout);
+        p0.max_segments = opts.max_segments.max(1);
         let ep0 = Endpoint::connect(&p0)?;
         tracing::info!(
             "channel 0 logged in via {}: req_lim {}, max_it_iu_len {}, immediate data {}",
@@ -413,7 +423,10 @@ impl Session {
         );
         let mut eps = vec![ep0];
         for i in 1..want_ch {
-            let p = connect_params(target, MultiChannelAction::Multi, want_depth, opts.timeout);
+            let p = ConnectParams {
+                multi: MultiChannelAction::Multi,
+                ..p0.clone()
+            };
             match Endpoint::connect(&p) {
                 Ok(ep) => eps.push(ep),
                 Err(e) => {
@@ -437,7 +450,8 @@ impl Session {
             .collect();
         let lun = interrogate(&mut channels[0], opts.lun)?;
         let rdma_device = channels[0].transport().device().to_string();
-        let relogin = Relogin::new(target, opts.lun, depth, opts.timeout);
+        let relogin =
+            Relogin::new(target, opts.lun, depth, opts.timeout).with_segments(opts.max_segments);
         Ok(Session {
             target: target.clone(),
             channels,

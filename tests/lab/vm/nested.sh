@@ -4,6 +4,9 @@
 # /dev/ublkb0 as its virtio-blk disk (cache.direct=on), makes an ext4 file system, writes files and
 # powers off; the lab guest then checks the file system and the files on /dev/ublkb0. The inner
 # QEMU, its firmware, the kernel and a small initramfs come from the host through a 9p share.
+# With NESTED_MODE=vhost the inner VM's disk is `srp-ublk serve --vhost-user-blk` instead (the
+# guest's memory shared with it, the target reading and writing it directly), with the QEMU
+# options docs/vm-hosts.md gives for it; the files are then checked through /dev/ublkb0.
 # Prints "vm-lab: N passed, N failed" and how long the inner VM took.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -44,12 +47,23 @@ done
 install -m 755 "$ROOT/tests/lab/vm/inner-init.sh" "$I/init"
 (cd "$I" && find . | cpio -o -H newc --quiet | gzip -1) > "$NEST/initrd.gz"
 rm -rf "$I"
-# the documented options for a VM on /dev/ublkbN, as written (the first -blockdev/-device pair)
 DOC=$ROOT/docs/vm-hosts.md
-blockdev=$(grep -m1 -o -- '-blockdev driver=host_device,[^ ]*' "$DOC") || fail "no host_device -blockdev in $DOC"
-device=$(grep -m1 -o -- '-device virtio-blk-pci,drive=[^ ]*' "$DOC") || fail "no -device line in $DOC"
-echo "$blockdev $device" > "$NEST/qemu-disk-opts"
-echo "vm-lab: qemu options from docs/vm-hosts.md: $blockdev $device"
+if [ "${NESTED_MODE:-ublk}" = vhost ]; then
+    # the documented options for a vhost-user-blk disk, as written
+    mem=$(grep -m1 -o -- '-object memory-backend-memfd,[^ ]*' "$DOC") || fail "no memory-backend-memfd in $DOC"
+    numa=$(grep -m1 -o -- '-numa node,memdev=[^ ]*' "$DOC") || fail "no -numa line in $DOC"
+    chardev=$(grep -m1 -o -- '-chardev socket,id=vhost0,[^ ]*' "$DOC") || fail "no vhost-user -chardev in $DOC"
+    device=$(grep -m1 -o -- '-device vhost-user-blk-pci,[^ ]*' "$DOC") || fail "no vhost-user-blk-pci in $DOC"
+    echo "$mem $numa $chardev $device" > "$NEST/qemu-disk-opts"
+    echo vhost > "$NEST/mode"
+else
+    # the documented options for a VM on /dev/ublkbN, as written (the first -blockdev/-device pair)
+    blockdev=$(grep -m1 -o -- '-blockdev driver=host_device,[^ ]*' "$DOC") || fail "no host_device -blockdev in $DOC"
+    device=$(grep -m1 -o -- '-device virtio-blk-pci,drive=[^ ]*' "$DOC") || fail "no -device line in $DOC"
+    echo "$blockdev $device" > "$NEST/qemu-disk-opts"
+    echo ublk > "$NEST/mode"
+fi
+echo "vm-lab: qemu options from docs/vm-hosts.md: $(cat "$NEST/qemu-disk-opts")"
 echo "vm-lab: inner VM staged in $NEST ($(du -sh "$NEST" | cut -f1))"
 t0=$SECONDS
 LAB_TIMEOUT=${LAB_TIMEOUT:-1500} \

@@ -1,0 +1,287 @@
+//! vhost-user-blk: the LUN as a virtio-blk disk a VMM (QEMU's `vhost-user-blk-pci`,
+//! cloud-hypervisor, crosvm) gives its guest, with no host block layer between the guest and the
+//! target. Built on rust-vmm's `vhost-user-backend`: one worker thread per virtqueue, each owning
+//! its own SRP channel ([`worker::Worker`]); the daemon's event loop wakes a worker on its queue's
+//! kick and on its own epoll fd (the channel's completion channel and connection manager, and a
+//! timer for the path's deadlines). The guest's memory is lent to each queue's path when the VMM
+//! sends its memory table, so a request's data goes to the target from the guest's own pages.
+
+mod request;
+#[cfg(test)]
+mod tests;
+mod worker;
+
+pub use worker::Counters;
+
+use crate::channel::block::Geometry;
+use crate::path::Path;
+use crate::session::Relogin;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::{Error as VhostUserError, Listener};
+use vhost_user_backend::{Error as DaemonError, VhostUserBackend, VhostUserDaemon};
+use virtio_bindings::virtio_blk::*;
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+use worker::{Vring, Worker};
+
+/// What the disk is: fixed while it is served, shared by the queues.
+#[derive(Clone, Debug)]
+pub struct Device {
+    /// Bytes.
+    pub size: u64,
+    /// The LUN's logical block size.
+    pub block_size: u32,
+    /// log2 of physical blocks per logical block (READ CAPACITY(16)'s LBPPBE).
+    pub physical_exp: u8,
+    /// The optimal transfer length in bytes (VPD B0), 0 when the LUN names none.
+    pub opt_io: u32,
+    /// Writes refused.
+    pub read_only: bool,
+    /// The LUN's block mapping (what FLUSH becomes).
+    pub geo: Geometry,
+    /// GET_ID's answer: the LUN's serial, at most 20 bytes.
+    pub serial: Vec<u8>,
+    /// The largest request the queues' own buffers take (the copied ones).
+    pub max_io: u32,
+    /// Segments per request (virtio's seg_max) and bytes per segment (size_max).
+    pub seg_max: u32,
+    /// See `seg_max`.
+    pub size_max: u32,
+}
+
+/// The guest's memory table as the VMM last sent it, with a generation each worker compares
+/// (an atomic load per pass; the lock only when it moved).
+#[derive(Default)]
+struct GuestMem {
+    gen: AtomicU64,
+    mem: Mutex<Option<Arc<GuestMemoryMmap<()>>>>,
+}
+
+/// The backend the daemon serves: the device and a worker per queue.
+pub struct Backend {
+    dev: Arc<Device>,
+    workers: Vec<Mutex<Worker>>,
+    outstanding: Vec<Arc<AtomicU16>>,
+    mem: GuestMem,
+    event_idx: AtomicBool,
+}
+
+/// What went wrong serving.
+#[derive(Debug, thiserror::Error)]
+pub enum VhostError {
+    /// A worker's epoll or timer could not be made.
+    #[error("setting up queue {queue}'s event loop")]
+    Worker {
+        /// The queue.
+        queue: usize,
+        /// The system call's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The vhost-user daemon failed.
+    #[error("vhost-user on {path}: {detail}")]
+    Daemon {
+        /// The socket.
+        path: String,
+        /// What vhost-user-backend said (its error type is not `std::error::Error` + Sync).
+        detail: String,
+    },
+}
+
+impl Backend {
+    /// A backend over `paths`, one per queue.
+    pub fn new(dev: Device, paths: Vec<Path<Relogin>>) -> Result<Backend, VhostError> {
+        let dev = Arc::new(dev);
+        let mut workers = Vec::new();
+        for (queue, p) in paths.into_iter().enumerate() {
+            let w = Worker::new(queue as u16, p, dev.clone())
+                .map_err(|source| VhostError::Worker { queue, source })?;
+            workers.push(w);
+        }
+        Ok(Backend {
+            outstanding: workers.iter().map(|w| w.outstanding.clone()).collect(),
+            workers: workers.into_iter().map(Mutex::new).collect(),
+            dev,
+            mem: GuestMem::default(),
+            event_idx: AtomicBool::new(false),
+        })
+    }
+
+    fn worker(&self, q: usize) -> std::sync::MutexGuard<'_, Worker> {
+        self.workers[q].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The virtio-blk configuration space (`struct virtio_blk_config`, little-endian).
+    fn config(&self) -> Vec<u8> {
+        let d = &self.dev;
+        let mut c = vec![0u8; std::mem::size_of::<virtio_blk_config>()];
+        c[0..8].copy_from_slice(&(d.size / 512).to_le_bytes());
+        c[8..12].copy_from_slice(&d.size_max.to_le_bytes());
+        c[12..16].copy_from_slice(&d.seg_max.to_le_bytes());
+        c[20..24].copy_from_slice(&d.block_size.to_le_bytes());
+        c[24] = d.physical_exp;
+        c[26..28].copy_from_slice(&1u16.to_le_bytes());
+        c[28..32].copy_from_slice(&(d.opt_io / d.block_size).to_le_bytes());
+        c[34..36].copy_from_slice(&(self.workers.len() as u16).to_le_bytes());
+        c
+    }
+}
+
+/// The id a worker's own epoll fd has in the daemon's event loop (above the queues' and the
+/// daemon's own).
+fn listener_id(queues: usize, q: usize) -> u64 {
+    (queues + 1 + q) as u64
+}
+
+impl VhostUserBackend for Backend {
+    type Bitmap = ();
+    type Vring = Vring;
+
+    fn num_queues(&self) -> usize {
+        self.workers.len()
+    }
+
+    fn max_queue_size(&self) -> usize {
+        1024
+    }
+
+    fn features(&self) -> u64 {
+        let mut f = 1 << VIRTIO_F_VERSION_1
+            | 1 << VIRTIO_RING_F_INDIRECT_DESC
+            | 1 << VIRTIO_RING_F_EVENT_IDX
+            | 1 << VIRTIO_BLK_F_SIZE_MAX
+            | 1 << VIRTIO_BLK_F_SEG_MAX
+            | 1 << VIRTIO_BLK_F_BLK_SIZE
+            | 1 << VIRTIO_BLK_F_TOPOLOGY
+            | 1 << VIRTIO_BLK_F_FLUSH
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
+        if self.workers.len() > 1 {
+            f |= 1 << VIRTIO_BLK_F_MQ;
+        }
+        if self.dev.read_only {
+            f |= 1 << VIRTIO_BLK_F_RO;
+        }
+        f
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::MQ
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.event_idx.store(enabled, Relaxed);
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let mut c = self.config();
+        c.resize((offset + size) as usize, 0);
+        c[offset as usize..].to_vec()
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap<()>>) -> std::io::Result<()> {
+        let m = mem.memory().into_inner();
+        *self.mem.mem.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+        self.mem.gen.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        (0..self.workers.len()).map(|q| 1u64 << q).collect()
+    }
+
+    fn exit_event(&self, _thread: usize) -> Option<(EventConsumer, EventNotifier)> {
+        // each connection's worker threads end with it
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()
+    }
+
+    fn stop_vring(&self, queue: u32) -> std::io::Result<()> {
+        // the VMM stops the queue (GET_VRING_BASE): what the target has must be answered first
+        let Some(out) = self.outstanding.get(queue as usize) else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while out.load(Relaxed) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    fn handle_event(
+        &self,
+        _device_event: u16,
+        _evset: EventSet,
+        vrings: &[Vring],
+        thread_id: usize,
+    ) -> std::io::Result<()> {
+        let Some(vring) = vrings.first() else {
+            return Ok(());
+        };
+        let gen = self.mem.gen.load(Relaxed);
+        let mut w = self.worker(thread_id);
+        let mem = w.needs_memory(gen).then(|| {
+            let m = self.mem.mem.lock().unwrap_or_else(|e| e.into_inner());
+            (gen, m.clone())
+        });
+        w.pass(vring, mem);
+        Ok(())
+    }
+}
+
+/// Serves the backend on the vhost-user socket `path`, one VMM connection after another, until
+/// the process ends; `ready` runs once the socket listens.
+pub fn serve(
+    path: &std::path::Path,
+    backend: Arc<Backend>,
+    ready: impl FnOnce(),
+) -> Result<(), VhostError> {
+    let err = |detail: String| VhostError::Daemon {
+        path: path.display().to_string(),
+        detail,
+    };
+    let mut listener = Listener::new(path, true).map_err(|e| err(e.to_string()))?;
+    ready();
+    let queues = backend.workers.len();
+    loop {
+        // no memory table until the next VMM sends its own
+        *backend.mem.mem.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        backend.mem.gen.fetch_add(1, Relaxed);
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let mut daemon = VhostUserDaemon::new("srp-ublk-vhost".into(), backend.clone(), mem)
+            .map_err(|e| err(e.to_string()))?;
+        let handlers = daemon.get_epoll_handlers();
+        for (q, h) in handlers.iter().enumerate() {
+            let mut w = backend.worker(q);
+            w.new_connection();
+            h.register_listener(w.fd(), EventSet::IN, listener_id(queues, q))
+                .map_err(|e| err(format!("watching queue {q}'s channel: {e}")))?;
+        }
+        let ended = daemon.start(&mut listener).and_then(|()| daemon.wait());
+        for h in &handlers {
+            h.send_exit_event();
+        }
+        match ended {
+            Ok(()) | Err(DaemonError::HandleRequest(VhostUserError::Disconnected)) => {
+                tracing::info!("the VMM disconnected from {}", path.display())
+            }
+            Err(e) => tracing::warn!("the VMM's connection on {} ended: {e}", path.display()),
+        }
+        for q in 0..queues {
+            let c = backend.worker(q).counters();
+            tracing::info!(
+                "queue {q}: {} requests, {} MiB zero copy, {} MiB copied, {} errors",
+                c.requests,
+                c.zero_copy_bytes >> 20,
+                c.copied_bytes >> 20,
+                c.errors
+            );
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! A virtio-blk request as a descriptor chain carries it, parsed before anything is executed: the
+//! 16-byte header (type, sector) at the front, the status byte at the very end, and the data in
+//! between, each part wherever the driver put it (a descriptor may hold the header and data, or
+//! data and the status, as the virtio spec allows).
+
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
+
+/// `VIRTIO_BLK_T_*`.
+pub(super) mod kind {
+    pub const IN: u32 = 0;
+    pub const OUT: u32 = 1;
+    pub const FLUSH: u32 = 4;
+    pub const GET_ID: u32 = 8;
+}
+
+/// `VIRTIO_BLK_S_*`.
+pub(super) mod status {
+    pub const OK: u8 = 0;
+    pub const IOERR: u8 = 1;
+    pub const UNSUPP: u8 = 2;
+}
+
+/// The header's length (`struct virtio_blk_outhdr`).
+const HEADER: u32 = 16;
+
+/// One data range of guest memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Range {
+    pub addr: GuestAddress,
+    pub len: u32,
+}
+
+/// A request's data direction and ranges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Request {
+    /// The chain's head (what the used ring names).
+    pub head: u16,
+    /// `VIRTIO_BLK_T_*`.
+    pub kind: u32,
+    /// The first 512-byte sector.
+    pub sector: u64,
+    /// The data, in order.
+    pub data: Vec<Range>,
+    /// Whether the data ranges are device-writable (the driver reads them).
+    pub writable: bool,
+    /// Where the status byte goes.
+    pub status: GuestAddress,
+}
+
+impl Request {
+    /// The data's length.
+    pub fn len(&self) -> u64 {
+        self.data.iter().map(|r| u64::from(r.len)).sum()
+    }
+}
+
+/// Why a chain is not a request the device can answer.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum ChainError {
+    /// Shorter than a header and a status byte.
+    #[error("a descriptor chain of {0} bytes cannot hold a request's header and status")]
+    Short(u64),
+    /// The status byte is in a descriptor the device may not write.
+    #[error("the status byte is in a device-readable descriptor")]
+    ReadOnlyStatus,
+    /// The data mixes device-readable and device-writable descriptors.
+    #[error("the request's data mixes device-readable and device-writable descriptors")]
+    MixedData,
+    /// The header could not be read from guest memory.
+    #[error("the request's header is outside guest memory")]
+    Header,
+}
+
+/// Parses a chain given as its descriptors (address, length, device-writable) into a request.
+pub(super) fn parse<M: GuestMemory + ?Sized>(
+    mem: &M,
+    head: u16,
+    descs: &[(GuestAddress, u32, bool)],
+) -> Result<Request, ChainError> {
+    let total: u64 = descs.iter().map(|d| u64::from(d.1)).sum();
+    if total < u64::from(HEADER) + 1 {
+        return Err(ChainError::Short(total));
+    }
+    let last = descs.len() - 1;
+    if descs[last].1 == 0 {
+        // the status byte is the last descriptor's last byte
+        return Err(ChainError::Short(total));
+    }
+    let mut header = [0u8; HEADER as usize];
+    let mut got = 0usize;
+    let mut data = Vec::new();
+    let mut writable = None;
+    for (i, &(addr, len, w)) in descs.iter().enumerate() {
+        let (mut addr, mut len) = (addr, len);
+        // the header: the chain's first 16 bytes
+        if got < header.len() {
+            let n = (header.len() - got).min(len as usize);
+            mem.read_slice(&mut header[got..got + n], addr)
+                .map_err(|_| ChainError::Header)?;
+            got += n;
+            addr = addr.checked_add(n as u64).ok_or(ChainError::Header)?;
+            len -= n as u32;
+        }
+        // the status: the chain's last byte
+        if i == last {
+            if !w {
+                return Err(ChainError::ReadOnlyStatus);
+            }
+            len = len.saturating_sub(1);
+        }
+        if len == 0 {
+            continue;
+        }
+        if *writable.get_or_insert(w) != w {
+            return Err(ChainError::MixedData);
+        }
+        data.push(Range { addr, len });
+    }
+    let (a, l, _) = descs[last];
+    let kind = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+    let sector = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+    Ok(Request {
+        head,
+        kind,
+        sector,
+        data,
+        writable: writable.unwrap_or(false),
+        status: a
+            .checked_add(u64::from(l) - 1)
+            .ok_or(ChainError::ReadOnlyStatus)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vm_memory::GuestMemoryMmap;
+
+    fn mem() -> GuestMemoryMmap<()> {
+        let m = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+        let mut hdr = [0u8; 16];
+        hdr[0..4].copy_from_slice(&kind::OUT.to_le_bytes());
+        hdr[8..16].copy_from_slice(&77u64.to_le_bytes());
+        m.write_slice(&hdr, GuestAddress(0x1000)).unwrap();
+        m
+    }
+
+    #[test]
+    fn the_usual_framing_header_data_status() {
+        let m = mem();
+        let descs = [
+            (GuestAddress(0x1000), 16, false),
+            (GuestAddress(0x8000), 4096, false),
+            (GuestAddress(0xa000), 512, false),
+            (GuestAddress(0x2000), 1, true),
+        ];
+        let r = parse(&m, 5, &descs).unwrap();
+        assert_eq!(
+            (r.head, r.kind, r.sector, r.len()),
+            (5, kind::OUT, 77, 4608)
+        );
+        assert_eq!(r.status, GuestAddress(0x2000));
+        assert!(!r.writable);
+    }
+
+    #[test]
+    fn any_framing_header_with_data_and_data_with_status() {
+        let m = mem();
+        // header and 512 bytes in one descriptor; 512 bytes and the status in the last
+        let descs = [
+            (GuestAddress(0x1000), 16 + 512, true),
+            (GuestAddress(0x3000), 513, true),
+        ];
+        let r = parse(&m, 0, &descs).unwrap();
+        assert_eq!(
+            r.data,
+            [
+                Range {
+                    addr: GuestAddress(0x1010),
+                    len: 512
+                },
+                Range {
+                    addr: GuestAddress(0x3000),
+                    len: 512
+                }
+            ]
+        );
+        assert_eq!(r.status, GuestAddress(0x3200));
+        assert!(r.writable);
+    }
+
+    #[test]
+    fn chains_that_are_not_requests() {
+        let m = mem();
+        let short = [(GuestAddress(0x1000), 16, false)];
+        assert_eq!(parse(&m, 0, &short), Err(ChainError::Short(16)));
+        let ro = [
+            (GuestAddress(0x1000), 16, false),
+            (GuestAddress(0x2000), 1, false),
+        ];
+        assert_eq!(parse(&m, 0, &ro), Err(ChainError::ReadOnlyStatus));
+        let mixed = [
+            (GuestAddress(0x1000), 16, false),
+            (GuestAddress(0x8000), 512, false),
+            (GuestAddress(0x9000), 512, true),
+            (GuestAddress(0x2000), 1, true),
+        ];
+        assert_eq!(parse(&m, 0, &mixed), Err(ChainError::MixedData));
+        let outside = [(GuestAddress(1 << 30), 17, true)];
+        assert_eq!(parse(&m, 0, &outside), Err(ChainError::Header));
+        // a last descriptor of no bytes has no status byte
+        let empty_last = [
+            (GuestAddress(0x1000), 32, true),
+            (GuestAddress(0x2000), 0, true),
+        ];
+        assert_eq!(parse(&m, 0, &empty_last), Err(ChainError::Short(32)));
+        // an address that would wrap
+        let wrap = [
+            (GuestAddress(0x1000), 16, false),
+            (GuestAddress(u64::MAX), 2, true),
+        ];
+        assert!(parse(&m, 0, &wrap).is_err());
+    }
+}

@@ -1,0 +1,276 @@
+//! A virtqueue's worker over the fake target, with virtio-queue's mock split ring in guest memory
+//! standing in for the driver: requests go to the target as segments of the guest's memory (one
+//! per buffer, split where a buffer crosses a memory region), through the queue's buffers when
+//! they have more segments than a command carries, and bad requests are answered, not served.
+
+use super::request::{kind, status};
+use super::worker::{Vring, Worker};
+use super::Device;
+use crate::channel::block::tests::GEO;
+use crate::channel::fake::FakeTarget;
+use crate::channel::{send_slots, Channel, ChannelConfig};
+use crate::path::{Connect, Fresh, Path};
+use crate::rdma::TagBufs;
+use crate::session::rport::Rport;
+use crate::session::timers::Timers;
+use crate::wire::srp::ScsiLun;
+use std::sync::Arc;
+use vhost_user_backend::VringT;
+use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+use virtio_queue::mock::MockSplitQueue;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+
+const DEPTH: u16 = 8;
+const NEXT: u16 = 1;
+const WRITE: u16 = 2;
+/// Where the requests' headers, status bytes and data live (the ring is at 0).
+const HDR: u64 = 0x10_0000;
+const STATUS: u64 = 0x11_0000;
+/// The first memory region ends here, where the second starts (a buffer may cross).
+const REGION0_END: u64 = 0x40_0000;
+
+struct Relog;
+
+impl Connect for Relog {
+    type T = FakeTarget;
+    type Error = std::io::Error;
+
+    fn connect(&self, old: &mut FakeTarget) -> Result<Fresh<FakeTarget>, std::io::Error> {
+        Ok(Fresh {
+            t: old.successor(),
+            req_lim: 16,
+            max_imm: 8192,
+        })
+    }
+}
+
+struct Rig {
+    mem: Arc<GuestMemoryMmap<()>>,
+    vring: Vring,
+    worker: Worker<Relog>,
+    next_desc: u16,
+    desc_table: GuestAddress,
+    avail: GuestAddress,
+}
+
+/// The ring's size.
+const QSIZE: u16 = 64;
+
+fn rig(max_segs: u16) -> Rig {
+    let mem = Arc::new(
+        GuestMemoryMmap::<()>::from_ranges(&[
+            (GuestAddress(0), REGION0_END as usize),
+            (GuestAddress(REGION0_END), 0x10_0000),
+        ])
+        .unwrap(),
+    );
+    let q = MockSplitQueue::create(&*mem, GuestAddress(0), QSIZE);
+    let (desc_table, avail) = (q.desc_table_addr(), q.avail_addr());
+    let vring = Vring::new(GuestMemoryAtomic::new((*mem).clone()), QSIZE).unwrap();
+    vring
+        .set_queue_info(desc_table.0, avail.0, q.used_addr().0)
+        .unwrap();
+    vring.set_queue_size(QSIZE);
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    let mut t = FakeTarget::new(1 << 20, 512, send_slots(DEPTH, 4), DEPTH + 8).with_fds();
+    t.max_segs = max_segs;
+    let cfg = ChannelConfig {
+        depth: DEPTH,
+        extra_slots: 4,
+        lun: ScsiLun::from_int(0),
+        req_lim: 16,
+        max_imm: 8192,
+        imm_data_offset: 68,
+        max_it_iu_len: 8260,
+        max_retries: 3,
+    };
+    let timers = Timers {
+        reconnect_delay: Some(1),
+        fast_io_fail_tmo: Some(5),
+        dev_loss_tmo: Some(60),
+    };
+    let path = Path::new(
+        Channel::new(t, cfg),
+        Relog,
+        TagBufs::new(DEPTH, 64 << 10),
+        Rport::new(timers),
+        "vhost queue 0".into(),
+    )
+    .unwrap();
+    let dev = Device {
+        size: 1 << 20,
+        block_size: 512,
+        physical_exp: 0,
+        opt_io: 0,
+        read_only: false,
+        geo: GEO,
+        serial: b"SRPSERIAL0001".to_vec(),
+        max_io: 64 << 10,
+        seg_max: u32::from(max_segs),
+        size_max: 4096,
+    };
+    let mut worker = Worker::new(0, path, Arc::new(dev)).unwrap();
+    worker.new_connection();
+    Rig {
+        mem,
+        vring,
+        worker,
+        next_desc: 0,
+        desc_table,
+        avail,
+    }
+}
+
+impl Rig {
+    /// Puts a request on the ring: its header, `data` (address, length) and status byte.
+    fn request(&mut self, kind: u32, sector: u64, data: &[(u64, u32)], device_writes: bool) {
+        let n = self.next_desc;
+        let hdr = HDR + u64::from(n) * 16;
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&kind.to_le_bytes());
+        h[8..16].copy_from_slice(&sector.to_le_bytes());
+        self.mem.write_slice(&h, GuestAddress(hdr)).unwrap();
+        self.mem
+            .write_obj(0xffu8, GuestAddress(STATUS + u64::from(n)))
+            .unwrap();
+        let dflag = if device_writes { WRITE } else { 0 };
+        let mut descs = vec![(hdr, 16u32, 0u16)];
+        descs.extend(data.iter().map(|&(a, l)| (a, l, dflag)));
+        descs.push((STATUS + u64::from(n), 1, WRITE));
+        // the descriptors at `n`.., then the chain's head on the avail ring
+        let last = descs.len() - 1;
+        for (i, &(a, l, f)) in descs.iter().enumerate() {
+            let flags = if i < last { f | NEXT } else { f };
+            let d = RawDescriptor::from(SplitDescriptor::new(a, l, flags, n + i as u16 + 1));
+            let at = self.desc_table.0 + u64::from(n + i as u16) * 16;
+            self.mem.write_obj(d, GuestAddress(at)).unwrap();
+        }
+        let idx: u16 = self.mem.read_obj(GuestAddress(self.avail.0 + 2)).unwrap();
+        let slot = self.avail.0 + 4 + u64::from(idx % QSIZE) * 2;
+        self.mem.write_obj(n, GuestAddress(slot)).unwrap();
+        self.mem
+            .write_obj(idx.wrapping_add(1), GuestAddress(self.avail.0 + 2))
+            .unwrap();
+        self.next_desc += descs.len() as u16;
+    }
+
+    /// Runs the worker until the ring's requests are answered (the fake answers at once).
+    fn run(&mut self) {
+        let mem = Some((1, Some(self.mem.clone())));
+        self.worker.pass(&self.vring, mem);
+        for _ in 0..10 {
+            self.worker.pass(&self.vring, None);
+        }
+    }
+
+    fn status(&self, first_desc: u16) -> u8 {
+        self.mem
+            .read_obj(GuestAddress(STATUS + u64::from(first_desc)))
+            .unwrap()
+    }
+}
+
+#[test]
+fn guest_buffers_go_to_the_target_as_segments_and_back() {
+    let mut r = rig(16);
+    let pat: Vec<u8> = (0..12288u32).map(|i| (i % 253) as u8).collect();
+    // three buffers, the second crossing from region 0 into region 1: four segments
+    let cross = REGION0_END - 2048;
+    r.mem
+        .write_slice(&pat[..4096], GuestAddress(0x20_0000))
+        .unwrap();
+    r.mem
+        .write_slice(&pat[4096..8192], GuestAddress(cross))
+        .unwrap();
+    r.mem
+        .write_slice(&pat[8192..], GuestAddress(0x30_0000))
+        .unwrap();
+    r.request(
+        kind::OUT,
+        8,
+        &[(0x20_0000, 4096), (cross, 4096), (0x30_0000, 4096)],
+        false,
+    );
+    r.run();
+    assert_eq!(r.status(0), status::OK);
+    // read it back into two other buffers
+    r.request(
+        kind::IN,
+        8,
+        &[(0x28_0000, 8192), (REGION0_END + 0x8000, 4096)],
+        true,
+    );
+    r.run();
+    assert_eq!(r.status(5), status::OK);
+    let mut got = vec![0u8; 12288];
+    r.mem
+        .read_slice(&mut got[..8192], GuestAddress(0x28_0000))
+        .unwrap();
+    r.mem
+        .read_slice(&mut got[8192..], GuestAddress(REGION0_END + 0x8000))
+        .unwrap();
+    assert_eq!(got, pat);
+    let c = r.worker.counters();
+    assert_eq!(
+        (c.requests, c.zero_copy_bytes, c.copied_bytes, c.errors),
+        (2, 24576, 0, 0)
+    );
+}
+
+#[test]
+fn more_segments_than_a_command_carries_are_copied() {
+    let mut r = rig(2);
+    let pat: Vec<u8> = (0..1536u32).map(|i| (i % 7) as u8 + 1).collect();
+    for (i, chunk) in pat.chunks(512).enumerate() {
+        r.mem
+            .write_slice(chunk, GuestAddress(0x20_0000 + i as u64 * 0x1000))
+            .unwrap();
+    }
+    let bufs = [(0x20_0000, 512), (0x20_1000, 512), (0x20_2000, 512)];
+    r.request(kind::OUT, 0, &bufs, false);
+    r.run();
+    assert_eq!(r.status(0), status::OK);
+    let out = [(0x30_0000, 512), (0x30_1000, 512), (0x30_2000, 512)];
+    r.request(kind::IN, 0, &out, true);
+    r.run();
+    assert_eq!(r.status(5), status::OK);
+    let mut got = Vec::new();
+    for (a, l) in out {
+        let mut b = vec![0u8; l as usize];
+        r.mem.read_slice(&mut b, GuestAddress(a)).unwrap();
+        got.extend(b);
+    }
+    assert_eq!(got, pat);
+    let c = r.worker.counters();
+    assert_eq!((c.zero_copy_bytes, c.copied_bytes), (0, 3072));
+}
+
+#[test]
+fn bad_requests_are_answered_not_served() {
+    let mut r = rig(16);
+    // a write of 100 bytes (not whole blocks), past the end, a read into device-readable
+    // buffers, an unknown type, then GET_ID
+    r.request(kind::OUT, 0, &[(0x20_0000, 100)], false);
+    r.request(kind::OUT, 2047, &[(0x20_0000, 1024)], false);
+    r.request(kind::IN, 0, &[(0x20_0000, 512)], false);
+    r.request(99, 0, &[(0x20_0000, 512)], false);
+    r.request(kind::GET_ID, 0, &[(0x21_0000, 20)], true);
+    r.run();
+    let firsts = [0u16, 3, 6, 9, 12];
+    let got: Vec<u8> = firsts.iter().map(|&d| r.status(d)).collect();
+    assert_eq!(
+        got,
+        [
+            status::IOERR,
+            status::IOERR,
+            status::IOERR,
+            status::UNSUPP,
+            status::OK
+        ]
+    );
+    let mut id = [0u8; 20];
+    r.mem.read_slice(&mut id, GuestAddress(0x21_0000)).unwrap();
+    assert_eq!(&id[..13], b"SRPSERIAL0001");
+    assert_eq!(r.worker.counters().errors, 4);
+}

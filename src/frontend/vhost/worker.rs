@@ -1,0 +1,590 @@
+//! One virtqueue's worker: the queue's SRP path, and what the queue's thread does each time it is
+//! woken (a kick, a completion, the connection manager, a deadline). A request's data goes to the
+//! target straight from the guest's memory, lent to the path once per memory table: one segment
+//! per guest buffer (split where it crosses a memory region), as a direct descriptor or an inline
+//! indirect one. A request with more segments than one command carries is copied through the
+//! queue's registered buffers instead (counted in [`Counters::copied_bytes`]).
+
+use super::request::{self, kind, status, ChainError, Range, Request};
+use super::Device;
+use crate::channel::block::BlockOp;
+use crate::channel::{clock_ms, DataBuf};
+use crate::path::{Connect, Event, Path, Sleep, Woken};
+use crate::rdma::{Lent, TagBufs};
+use crate::session::Relogin;
+use crate::wire::scsi::Cdb;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_queue::QueueT;
+use vm_memory::{
+    Address, Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
+    GuestMemoryRegion, MemoryRegionAddress,
+};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::timerfd::TimerFd;
+
+/// The vring type the workers serve.
+pub(super) type Vring = VringRwLock<GuestMemoryAtomic<GuestMemoryMmap<()>>>;
+
+/// What a queue did, for the log at the end of a connection and for `stats`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    /// Requests completed.
+    pub requests: u64,
+    /// Data bytes the target moved straight to or from guest memory.
+    pub zero_copy_bytes: u64,
+    /// Data bytes copied through the queue's buffers.
+    pub copied_bytes: u64,
+    /// Requests that completed with an error status.
+    pub errors: u64,
+}
+
+/// A request the target has.
+struct InFlight {
+    head: u16,
+    status: GuestAddress,
+    /// The used length to report (data written into the guest's buffers, and the status byte).
+    used: u32,
+    /// A copied read: where its data goes in guest memory.
+    copy_out: Vec<Range>,
+    /// The guest memory the request refers to, kept while it is out.
+    mem: Arc<GuestMemoryMmap<()>>,
+    /// The VMM connection it came on.
+    epoch: u64,
+}
+
+/// The fds of one login in the worker's epoll.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Watched {
+    gen: u16,
+    cq: Option<RawFd>,
+    cm: Option<RawFd>,
+}
+
+const ID_CQ: u64 = 1;
+const ID_CM: u64 = 2;
+const ID_TIMER: u64 = 3;
+
+/// One virtqueue's worker (see the module documentation). `C` is how its path logs in again
+/// (tests drive a worker over the fake target).
+pub(super) struct Worker<C: Connect = Relogin> {
+    qid: u16,
+    path: Path<C>,
+    dev: Arc<Device>,
+    epoll: Epoll,
+    timer: TimerFd,
+    watched: Option<Watched>,
+    inflight: Vec<Option<InFlight>>,
+    free: Vec<u16>,
+    /// The memory table generation lent to the path.
+    lent_gen: u64,
+    /// The VMM connection: requests of an earlier one are not answered on this one's rings.
+    epoch: u64,
+    mem: Option<Arc<GuestMemoryMmap<()>>>,
+    segs: Vec<DataBuf>,
+    lost: bool,
+    /// Requests out, for `stop_vring`.
+    pub(super) outstanding: Arc<AtomicU16>,
+    pub(super) counters: Counters,
+}
+
+impl<C: Connect> Worker<C> {
+    pub(super) fn new(qid: u16, path: Path<C>, dev: Arc<Device>) -> std::io::Result<Worker<C>> {
+        let depth = path.bufs().depth();
+        let w = Worker {
+            qid,
+            path,
+            dev,
+            epoll: Epoll::new()?,
+            timer: TimerFd::new()?,
+            watched: None,
+            inflight: (0..depth).map(|_| None).collect(),
+            free: (0..depth).rev().collect(),
+            lent_gen: 0,
+            epoch: 0,
+            mem: None,
+            segs: Vec::new(),
+            lost: false,
+            outstanding: Arc::new(AtomicU16::new(0)),
+            counters: Counters::default(),
+        };
+        w.epoll.ctl(
+            ControlOperation::Add,
+            w.timer.as_raw_fd(),
+            EpollEvent::new(EventSet::IN, ID_TIMER),
+        )?;
+        Ok(w)
+    }
+
+    /// The fd the daemon's event loop watches for this worker: readable when a completion, the
+    /// connection manager or a deadline wants it.
+    pub(super) fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// A new VMM connection: no memory table yet, and what the last one left out is answered to
+    /// no one.
+    pub(super) fn new_connection(&mut self) {
+        self.epoch += 1;
+        self.mem = None;
+        self.lent_gen = 0;
+    }
+
+    /// Whether memory table generation `gen` is news to this worker.
+    pub(super) fn needs_memory(&self, gen: u64) -> bool {
+        gen != self.lent_gen
+    }
+
+    /// One pass: what woke the worker, the guest's new requests, the path's completions; then
+    /// what wakes it next. `mem`: a memory table to lend first (with its generation).
+    pub(super) fn pass(
+        &mut self,
+        vring: &Vring,
+        mem: Option<(u64, Option<Arc<GuestMemoryMmap<()>>>)>,
+    ) {
+        let woken = self.drain_epoll();
+        self.path.woke(woken);
+        if let Some(m) = mem {
+            self.lend(m);
+        }
+        let mut used = false;
+        loop {
+            let mut progress = self.take_requests(vring, &mut used);
+            progress |= self.complete(vring, &mut used);
+            if !progress {
+                // a completion may land between the last poll and the arm: poll once more
+                self.arm();
+                if !self.complete(vring, &mut used) {
+                    break;
+                }
+            }
+        }
+        if used && vring.needs_notification().unwrap_or(true) {
+            let _ = vring.signal_used_queue();
+        }
+        self.outstanding.store(self.path.busy(), Relaxed);
+    }
+
+    /// Lends the guest's current memory table to the path.
+    fn lend(&mut self, (gen, mem): (u64, Option<Arc<GuestMemoryMmap<()>>>)) {
+        self.lent_gen = gen;
+        self.mem = mem;
+        let Some(m) = &self.mem else { return };
+        if let Err(e) = self.path.lend(Lent::guest(m.clone())) {
+            tracing::warn!(
+                "queue {}: registering the guest's memory: {}; requests are copied until a \
+                 login registers it",
+                self.qid,
+                crate::Chain(&e)
+            );
+        }
+    }
+
+    /// What the worker's epoll has ready, drained; the timer disarmed.
+    fn drain_epoll(&mut self) -> Woken {
+        let mut evs = [EpollEvent::default(); 4];
+        let n = self.epoll.wait(0, &mut evs).unwrap_or(0);
+        let mut w = Woken {
+            gen: self.watched.map_or(0, |s| s.gen),
+            ..Woken::default()
+        };
+        for e in &evs[..n] {
+            match e.data() {
+                ID_CQ => w.cq = true,
+                ID_CM => w.cm = true,
+                _ => {}
+            }
+        }
+        let _ = self.timer.clear();
+        w
+    }
+
+    /// Arms the completion channel and watches what [`Path::sleep`] names.
+    fn arm(&mut self) {
+        let s = self.path.sleep(true);
+        self.watch(s);
+        if let Some(d) = s.deadline {
+            let _ = self.timer.reset(d.max(Duration::from_millis(1)), None);
+        }
+    }
+
+    /// Puts a login's fds in the epoll (those of an older login out).
+    fn watch(&mut self, s: Sleep) {
+        let now = Watched {
+            gen: s.gen,
+            cq: s.cq,
+            cm: s.cm,
+        };
+        if self.watched == Some(now) {
+            return;
+        }
+        if let Some(old) = self.watched {
+            for fd in [old.cq, old.cm].into_iter().flatten() {
+                // a closed fd left the epoll already
+                let _ = self
+                    .epoll
+                    .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+            }
+        }
+        for (fd, id) in [(now.cq, ID_CQ), (now.cm, ID_CM)] {
+            if let Some(fd) = fd {
+                let _ =
+                    self.epoll
+                        .ctl(ControlOperation::Add, fd, EpollEvent::new(EventSet::IN, id));
+            }
+        }
+        self.watched = Some(now);
+    }
+
+    /// Starts the guest's new requests while tags are free; whether any started. Notifications
+    /// are off while the ring is drained and back on (with EVENT_IDX: the avail event moved) once
+    /// it is empty; with no tag free they stay off, and the completion that frees one comes back
+    /// here.
+    fn take_requests(&mut self, vring: &Vring, used: &mut bool) -> bool {
+        let Some(mem) = self.mem.clone() else {
+            return false;
+        };
+        let mut started = false;
+        loop {
+            let _ = vring.disable_notification();
+            while !self.free.is_empty() {
+                let chain = {
+                    let mut state = vring.get_mut();
+                    if !state.is_enabled() || !state.get_queue().ready() {
+                        return started;
+                    }
+                    state.get_queue_mut().pop_descriptor_chain(&*mem)
+                };
+                let Some(chain) = chain else { break };
+                let head = chain.head_index();
+                let descs: Vec<(GuestAddress, u32, bool)> = chain
+                    .map(|d| (d.addr(), d.len(), d.is_write_only()))
+                    .collect();
+                started = true;
+                match request::parse(&*mem, head, &descs) {
+                    Ok(r) => self.start(r, &mem, vring, used),
+                    Err(e) => self.bad_chain(head, e, vring, used),
+                }
+            }
+            if self.free.is_empty() || !vring.enable_notification().unwrap_or(false) {
+                return started;
+            }
+        }
+    }
+
+    /// A chain that is no request: it goes back used, with a status where one could be written.
+    fn bad_chain(&mut self, head: u16, e: ChainError, vring: &Vring, used: &mut bool) {
+        tracing::warn!("queue {}: {e}; the request is answered unread", self.qid);
+        self.counters.errors += 1;
+        let _ = vring.add_used(head, 0);
+        *used = true;
+    }
+
+    /// Executes a parsed request: at once (GET_ID, an error) or on a tag.
+    fn start(
+        &mut self,
+        r: Request,
+        mem: &Arc<GuestMemoryMmap<()>>,
+        vring: &Vring,
+        used: &mut bool,
+    ) {
+        let answer = match r.kind {
+            kind::IN | kind::OUT => self.rw(&r, mem),
+            kind::FLUSH => self.flush(&r, mem),
+            kind::GET_ID => Err(self.get_id(&r, mem)),
+            _ => Err((status::UNSUPP, 0)),
+        };
+        if let Err((st, data)) = answer {
+            self.finish_now(&r, st, data, mem, vring);
+            *used = true;
+        }
+    }
+
+    /// A request answered without the target: its status written and the chain used.
+    fn finish_now(
+        &mut self,
+        r: &Request,
+        st: u8,
+        data: u32,
+        mem: &GuestMemoryMmap<()>,
+        vring: &Vring,
+    ) {
+        let _ = mem.write_obj(st, r.status);
+        let _ = vring.add_used(r.head, data + 1);
+        self.counters.requests += 1;
+        if st != status::OK {
+            self.counters.errors += 1;
+        }
+    }
+
+    /// GET_ID: the serial, at most 20 bytes, into the request's buffers.
+    fn get_id(&self, r: &Request, mem: &GuestMemoryMmap<()>) -> (u8, u32) {
+        if !r.writable {
+            return (status::IOERR, 0);
+        }
+        let mut left = &self.dev.serial[..];
+        let mut n = 0;
+        for d in &r.data {
+            let k = (d.len as usize).min(left.len());
+            if mem.write_slice(&left[..k], d.addr).is_err() {
+                return (status::IOERR, 0);
+            }
+            left = &left[k..];
+            n += k as u32;
+        }
+        (status::OK, n)
+    }
+
+    /// FLUSH on a free tag (what it becomes follows the LUN's write cache).
+    fn flush(&mut self, r: &Request, mem: &Arc<GuestMemoryMmap<()>>) -> Result<(), (u8, u32)> {
+        let tag = self.free.pop().ok_or((status::IOERR, 0))?;
+        let geo = self.dev.geo;
+        match self.path.submit(tag, BlockOp::Flush, 0, 0, &geo) {
+            Ok(()) => {
+                self.hold(tag, r, 0, Vec::new(), mem);
+                Ok(())
+            }
+            Err(_) => {
+                self.free.push(tag);
+                Err((status::IOERR, 0))
+            }
+        }
+    }
+
+    /// A READ or WRITE: checked against the LUN, then zero copy or copied.
+    fn rw(&mut self, r: &Request, mem: &Arc<GuestMemoryMmap<()>>) -> Result<(), (u8, u32)> {
+        let read = r.kind == kind::IN;
+        let len = r.len();
+        if len == 0 {
+            return Err((status::OK, 0));
+        }
+        let bs = u64::from(self.dev.block_size);
+        let off = r.sector.checked_mul(512).ok_or((status::IOERR, 0))?;
+        let fits = off % bs == 0
+            && len % bs == 0
+            && off.checked_add(len).is_some_and(|e| e <= self.dev.size)
+            && len <= u64::from(u32::MAX);
+        if !fits || self.lost || r.writable != read || (!read && self.dev.read_only) {
+            return Err((status::IOERR, 0));
+        }
+        let tag = self.free.pop().ok_or((status::IOERR, 0))?;
+        let lba = off / bs;
+        let blocks = (len / bs) as u32;
+        let zero_copy = self.segments(r, mem);
+        let sent = if zero_copy {
+            let cdb = if read {
+                Cdb::read16(lba, blocks, false)
+            } else {
+                Cdb::write16(lba, blocks, false)
+            };
+            let segs = std::mem::take(&mut self.segs);
+            let s = self.path.submit_segments(tag, cdb, !read, &segs);
+            self.segs = segs;
+            s
+        } else {
+            self.copied(tag, r, off, len as u32, mem)
+        };
+        if sent.is_err() {
+            self.free.push(tag);
+            return Err((status::IOERR, 0));
+        }
+        if zero_copy {
+            self.counters.zero_copy_bytes += len;
+        } else {
+            self.counters.copied_bytes += len;
+        }
+        let copy_out = if read && !zero_copy {
+            r.data.clone()
+        } else {
+            Vec::new()
+        };
+        let used = if read { len as u32 } else { 0 };
+        self.hold(tag, r, used, copy_out, mem);
+        Ok(())
+    }
+
+    /// The request's data as segments of the lent guest memory (in `self.segs`): false (and
+    /// `self.segs` empty) when it must be copied instead.
+    fn segments(&mut self, r: &Request, mem: &GuestMemoryMmap<()>) -> bool {
+        self.segs.clear();
+        let Some((_, descs)) = self.path.loan() else {
+            return false;
+        };
+        let max = usize::from(self.path.max_segments());
+        for d in &r.data {
+            let (mut addr, mut left) = (d.addr, u64::from(d.len));
+            while left > 0 {
+                let Some(seg) = host_segment(mem, descs, addr, left) else {
+                    self.segs.clear();
+                    return false;
+                };
+                if self.segs.len() == max {
+                    self.segs.clear();
+                    return false;
+                }
+                self.segs.push(seg);
+                let Some(next) = addr.checked_add(u64::from(seg.len)) else {
+                    self.segs.clear();
+                    return false;
+                };
+                addr = next;
+                left -= u64::from(seg.len);
+            }
+        }
+        true
+    }
+
+    /// Sends a request through the tag's own buffer, a write's data copied in first.
+    fn copied(
+        &mut self,
+        tag: u16,
+        r: &Request,
+        off: u64,
+        len: u32,
+        mem: &GuestMemoryMmap<()>,
+    ) -> Result<(), i32> {
+        if len > self.dev.max_io {
+            return Err(libc::EINVAL);
+        }
+        let read = r.kind == kind::IN;
+        if !read {
+            let buf = self.path.buf(tag);
+            let mut at = 0usize;
+            for d in &r.data {
+                let n = d.len as usize;
+                mem.read_slice(&mut buf[at..at + n], d.addr)
+                    .map_err(|_| libc::EFAULT)?;
+                at += n;
+            }
+        }
+        let op = if read {
+            BlockOp::Read
+        } else {
+            BlockOp::Write { fua: false }
+        };
+        let geo = self.dev.geo;
+        self.path.submit(tag, op, off, len, &geo)
+    }
+
+    fn hold(
+        &mut self,
+        tag: u16,
+        r: &Request,
+        used: u32,
+        copy_out: Vec<Range>,
+        mem: &Arc<GuestMemoryMmap<()>>,
+    ) {
+        self.inflight[usize::from(tag)] = Some(InFlight {
+            head: r.head,
+            status: r.status,
+            used,
+            copy_out,
+            mem: mem.clone(),
+            epoch: self.epoch,
+        });
+    }
+
+    /// The path's completions (and its down steps); whether any request finished.
+    fn complete(&mut self, vring: &Vring, used: &mut bool) -> bool {
+        self.path.set_clock(clock_ms());
+        self.path.tick(clock_ms());
+        let mut finished: Vec<(u16, i32)> = Vec::new();
+        let inflight = &mut self.inflight;
+        let (_, event) = self.path.service(Instant::now(), &mut |d, bufs: &TagBufs| {
+            let Some(f) = inflight.get(usize::from(d.tag)).and_then(|f| f.as_ref()) else {
+                return;
+            };
+            let mut errno = d.outcome.errno;
+            if errno == 0 && !f.copy_out.is_empty() {
+                let src = bufs
+                    .ios()
+                    .get(usize::from(d.tag))
+                    .map_or(&[][..], |b| b.as_slice());
+                let mut at = 0usize;
+                for r in &f.copy_out {
+                    let n = r.len as usize;
+                    let ok = src
+                        .get(at..at + n)
+                        .is_some_and(|s| f.mem.write_slice(s, r.addr).is_ok());
+                    if !ok {
+                        errno = libc::EFAULT;
+                    }
+                    at += n;
+                }
+            }
+            finished.push((d.tag, errno));
+        });
+        match event {
+            Some(Event::Lost) => {
+                tracing::warn!(
+                    "queue {}: the target is lost (dev_loss_tmo): I/O fails from now on",
+                    self.qid
+                );
+                self.lost = true;
+            }
+            Some(Event::Removed { .. }) => tracing::warn!(
+                "queue {}: the RDMA device went away: I/O is held until it is back or \
+                 dev_loss_tmo expires",
+                self.qid
+            ),
+            None => {}
+        }
+        for &(tag, errno) in &finished {
+            let Some(f) = self.inflight[usize::from(tag)].take() else {
+                continue;
+            };
+            self.free.push(tag);
+            if f.epoch != self.epoch {
+                // the VMM that sent it is gone
+                continue;
+            }
+            let st = if errno == 0 {
+                status::OK
+            } else {
+                status::IOERR
+            };
+            let _ = f.mem.write_obj(st, f.status);
+            let used_len = if errno == 0 { f.used } else { 0 };
+            let _ = vring.add_used(f.head, used_len + 1);
+            self.counters.requests += 1;
+            if st != status::OK {
+                self.counters.errors += 1;
+            }
+        }
+        if !finished.is_empty() {
+            *used = true;
+        }
+        !finished.is_empty()
+    }
+
+    /// The queue's counters.
+    pub(super) fn counters(&self) -> Counters {
+        self.counters
+    }
+}
+
+/// `addr..addr+left` of guest memory as one segment of the lent region it starts in (at most to
+/// that region's end), with the region's keys; None when it lies outside guest memory or the
+/// loan.
+fn host_segment(
+    mem: &GuestMemoryMmap<()>,
+    descs: &[DataBuf],
+    addr: GuestAddress,
+    left: u64,
+) -> Option<DataBuf> {
+    let region = mem.find_region(addr)?;
+    let off = addr.0.checked_sub(region.start_addr().0)?;
+    let n = left.min(region.len() - off).min(u64::from(u32::MAX));
+    let host = region.get_host_address(MemoryRegionAddress(off)).ok()? as u64;
+    let d = descs
+        .iter()
+        .find(|d| host >= d.addr && host + n <= d.addr + u64::from(d.len))?;
+    Some(DataBuf {
+        addr: host,
+        len: n as u32,
+        ..*d
+    })
+}
