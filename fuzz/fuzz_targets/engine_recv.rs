@@ -9,7 +9,6 @@ use libfuzzer_sys::fuzz_target;
 use srp_ublk::channel::fake::FakeTarget;
 use srp_ublk::channel::{Channel, ChannelConfig, DataBuf, DataDir, ScsiCmd};
 use srp_ublk::wire::scsi::Cdb;
-use srp_ublk::wire::srp::ScsiLun;
 
 const DEPTH: u16 = 8;
 
@@ -17,16 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let mut t = FakeTarget::new(1 << 20, 512, srp_ublk::channel::send_slots(DEPTH, 4), DEPTH + 8);
     t.faults.hold_rsps = true;
     let bufs: Vec<DataBuf> = (0..DEPTH).map(|_| t.alloc(4096)).collect();
-    let cfg = ChannelConfig {
-        depth: DEPTH,
-        extra_slots: 4,
-        lun: ScsiLun::from_int(0),
-        req_lim: 16,
-        max_imm: 8192,
-        imm_data_offset: 68,
-            max_it_iu_len: 8260,
-        max_retries: 3,
-    };
+    let cfg = ChannelConfig::fake(DEPTH);
     let mut ch = Channel::new(t, cfg);
     let mut outstanding = [false; DEPTH as usize];
     // the key, address and tag each read carried

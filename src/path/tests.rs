@@ -6,7 +6,6 @@ use crate::channel::fake::FakeTarget;
 use crate::channel::ChannelConfig;
 use crate::session::timers::Timers;
 use crate::wire::scsi::cdb::op;
-use crate::wire::srp::ScsiLun;
 use std::cell::Cell;
 
 const DEPTH: u16 = 8;
@@ -81,19 +80,7 @@ fn channel() -> Channel<FakeTarget> {
         crate::channel::send_slots(DEPTH, 4),
         DEPTH + 8,
     );
-    Channel::new(
-        t,
-        ChannelConfig {
-            depth: DEPTH,
-            extra_slots: 4,
-            lun: ScsiLun::from_int(0),
-            req_lim: 16,
-            max_imm: 8192,
-            imm_data_offset: 68,
-            max_it_iu_len: 8260,
-            max_retries: 3,
-        },
-    )
+    Channel::new(t, ChannelConfig::fake(DEPTH))
 }
 
 fn path(c: &FakeConnect) -> Path<&FakeConnect> {

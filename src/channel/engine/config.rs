@@ -24,6 +24,22 @@ pub struct ChannelConfig {
 }
 
 impl ChannelConfig {
+    /// What a login to the fake target gives a test: `depth` commands, 16 credits, 8 KiB of
+    /// immediate data, 3 retries.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn fake(depth: u16) -> ChannelConfig {
+        ChannelConfig {
+            depth,
+            extra_slots: 4,
+            lun: ScsiLun::from_int(0),
+            req_lim: 16,
+            max_imm: 8192,
+            imm_data_offset: 68,
+            max_it_iu_len: 8260,
+            max_retries: 3,
+        }
+    }
+
     /// Send slots for commands: twice the depth, so that a tag can go out again before the
     /// completion of its last SEND is reaped.
     pub fn cmd_slots(&self) -> u16 {

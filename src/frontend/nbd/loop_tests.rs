@@ -9,7 +9,6 @@ use crate::channel::{send_slots, Channel, ChannelConfig};
 use crate::path::{Fresh, Path};
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
-use crate::wire::srp::ScsiLun;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 
@@ -57,16 +56,7 @@ fn export() -> Export {
 /// A connection in transmission over the fake target (with fds), and the client's end.
 fn connection(ex: &Export, relog: Relog, timers: Timers) -> (Conn<'_, Relog>, Client) {
     let fake = || FakeTarget::new(1 << 20, 512, send_slots(DEPTH, 4), DEPTH + 8).with_fds();
-    let cfg = ChannelConfig {
-        depth: DEPTH,
-        extra_slots: 4,
-        lun: ScsiLun::from_int(0),
-        req_lim: 16,
-        max_imm: 8192,
-        imm_data_offset: 68,
-        max_it_iu_len: 8260,
-        max_retries: 3,
-    };
+    let cfg = ChannelConfig::fake(DEPTH);
     let bufs = TagBufs::new(DEPTH, ex.max_io);
     let name = "NBD connection".to_string();
     // the export's pool hands the connection its channel

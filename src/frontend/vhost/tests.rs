@@ -13,7 +13,6 @@ use crate::path::{Connect, Fresh, Path};
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
-use crate::wire::srp::ScsiLun;
 use std::sync::Arc;
 use vhost_user_backend::VringT;
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
@@ -75,16 +74,7 @@ fn rig(max_segs: u16) -> Rig {
     vring.set_enabled(true);
     let mut t = FakeTarget::new(1 << 20, 512, send_slots(DEPTH, 4), DEPTH + 8).with_fds();
     t.max_segs = max_segs;
-    let cfg = ChannelConfig {
-        depth: DEPTH,
-        extra_slots: 4,
-        lun: ScsiLun::from_int(0),
-        req_lim: 16,
-        max_imm: 8192,
-        imm_data_offset: 68,
-        max_it_iu_len: 8260,
-        max_retries: 3,
-    };
+    let cfg = ChannelConfig::fake(DEPTH);
     let timers = Timers {
         reconnect_delay: Some(1),
         fast_io_fail_tmo: Some(5),
