@@ -657,6 +657,7 @@ fn session_state(target: &TargetSpec, session: &Session) -> DeviceState {
         block_size: lun.capacity.block_len,
         read_only: lun.read_only,
         depth: session.depth,
+        version: Some(super::VERSION.to_string()),
         vendor: lun.inquiry.vendor.clone(),
         product: lun.inquiry.product.clone(),
         serial: lun.serial.clone(),
@@ -760,6 +761,7 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus
     state.capacity_checks = cap.checks.load(Relaxed);
     state.capacity_check_failures = cap.failures.load(Relaxed);
     state.memory = Some(srp_ublk::rdma::mem::counts());
+    state.version = Some(super::VERSION.to_string());
     for (q, s) in state.queues.iter_mut().zip(status) {
         q.tid = s.tid.load(Relaxed);
         q.req_lim = s.req_lim.load(Relaxed);

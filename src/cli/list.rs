@@ -82,6 +82,12 @@ fn print_device(d: &DeviceState) {
         d.pid
     );
     println!("    target {}", d.target);
+    println!(
+        "    daemon version {}",
+        d.version
+            .as_deref()
+            .unwrap_or("not recorded (a daemon older than this field)")
+    );
     if let Some(u) = &d.unit {
         println!("    unit {u}");
     }

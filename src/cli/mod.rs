@@ -169,8 +169,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// `srp-ublk -V`: the version and the commit it was built from.
-const VERSION: &str = concat!(
+/// `srp-ublk -V`: the version and the commit it was built from (what a daemon writes in its
+/// state file, so that `list` shows a mixed state after an upgrade).
+pub(crate) const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (",
     env!("SRP_UBLK_COMMIT"),
@@ -192,8 +193,8 @@ const LONG_VERSION: &str = concat!(
 /// What srp-ublk(8) and `srp-ublk --help` say it is.
 const LONG_ABOUT: &str = "srp-ublk is a userspace SRP (SCSI RDMA Protocol) initiator. It logs in \
 to an SRP target over RDMA (InfiniBand, RoCE or iWARP) and presents a LUN as a block device, \
-/dev/ublkbN (through the kernel's ublk driver), or as an NBD export for VM hosts (`serve`). Each \
-device queue has its own SRP channel on its own thread. It takes the target strings of the \
+/dev/ublkbN (through the kernel's ublk driver), or for VM hosts as an NBD export or a \
+vhost-user-blk disk (`serve`). Each device queue has its own SRP channel on its own thread. It takes the target strings of the \
 kernel's ib_srp (add_target) and of srp_daemon, keeps ib_srp's reconnect_delay, \
 fast_io_fail_tmo and dev_loss_tmo, and runs under systemd from /etc/srp-ublk/targets.d (`up`). \
 Each device is served by a daemon that `add` starts; `list`, `stats`, `del`, `recover` and \

@@ -133,6 +133,10 @@ pub struct DeviceState {
     /// registrations, pinned bytes); absent in files of older versions.
     #[serde(default)]
     pub memory: Option<crate::rdma::mem::MemCounts>,
+    /// The serving daemon's version and commit (`srp-ublk -V`); absent in files of older
+    /// versions.
+    #[serde(default)]
+    pub version: Option<String>,
 }
 
 /// The systemd service a process runs in, from its `/proc/PID/cgroup` text: the last path component

@@ -15,6 +15,8 @@ echo "$out"
 expect_contains "list" "$out" "/dev/ublkb0"
 expect_contains "list" "$out" "LIO-ORG"
 expect_contains "list" "$out" "dest=10.77.0.1:5555"
+# the daemon says which build serves the device (a mixed state after an upgrade is visible)
+expect_contains "list" "$out" "daemon version $(srp-ublk -V | cut -d' ' -f2-)"
 json=$(srp-ublk list --json) || fail "list --json"
 expect_contains "list --json" "$json" '"req_lim_login": 128'
 pid=$(pidof srp-ublk) || fail "no daemon running"
