@@ -18,6 +18,8 @@ use std::sync::Arc;
 const SEGMENTS: u16 = 32;
 /// virtio-blk's GET_ID answer, at most.
 const ID_BYTES: usize = 20;
+/// The largest DISCARD or WRITE_ZEROES offered, in 512-byte sectors: 1 GiB, one command's work.
+const MAX_RANGE: u64 = (1 << 30) / 512;
 
 /// Runs `serve --vhost-user-blk`.
 pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
@@ -45,6 +47,19 @@ pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
         )?);
     }
     let seg_max = paths.first().map_or(1, |p| p.max_segments());
+    let geo = s.lun.geometry();
+    // DISCARD and WRITE_ZEROES where the LUN has UNMAP and WRITE SAME, at most 1 GiB a command
+    let sectors = |blocks: u32| (u64::from(blocks) * u64::from(bs) / 512).min(MAX_RANGE) as u32;
+    let max_discard = if geo.unmap {
+        sectors(s.lun.max_unmap_blocks())
+    } else {
+        0
+    };
+    let max_write_zeroes = if geo.write_same {
+        sectors(s.lun.max_write_same_blocks(max_io))
+    } else {
+        0
+    };
     let mut serial = s.lun.serial.clone().unwrap_or_default().into_bytes();
     serial.truncate(ID_BYTES);
     let dev = Device {
@@ -56,12 +71,15 @@ pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
             .limits
             .map_or(0, |l| l.opt_xfer_len.saturating_mul(bs)),
         read_only: s.lun.read_only,
-        geo: s.lun.geometry(),
+        geo,
         serial,
         max_io,
         seg_max: u32::from(seg_max),
         // a request of seg_max segments fits the queue's own buffers when it must be copied
         size_max: (max_io / u32::from(seg_max) / 4096).max(1) * 4096,
+        max_discard,
+        max_write_zeroes,
+        write_zeroes_may_unmap: geo.write_same_unmap && geo.lbprz,
     };
     tracing::info!(
         "serving LUN {} ({} {}, {} bytes) as vhost-user-blk over {} queue(s): seg_max {}, size_max {}",

@@ -55,6 +55,12 @@ pub struct Device {
     pub seg_max: u32,
     /// See `seg_max`.
     pub size_max: u32,
+    /// The largest DISCARD in 512-byte sectors (UNMAP's limit); 0: not offered (no UNMAP).
+    pub max_discard: u32,
+    /// The largest WRITE_ZEROES in sectors (WRITE SAME's limit); 0: not offered (no WRITE SAME).
+    pub max_write_zeroes: u32,
+    /// WRITE_ZEROES may deallocate (WRITE SAME with UNMAP, reading back zeros).
+    pub write_zeroes_may_unmap: bool,
 }
 
 /// The guest's memory table as the VMM last sent it, with a generation each worker compares
@@ -131,6 +137,14 @@ impl Backend {
         c[26..28].copy_from_slice(&1u16.to_le_bytes());
         c[28..32].copy_from_slice(&(d.opt_io / d.block_size).to_le_bytes());
         c[34..36].copy_from_slice(&(self.workers.len() as u16).to_le_bytes());
+        // one range per request; a discard aligned to the logical block
+        let sectors_per_block = d.block_size / 512;
+        c[36..40].copy_from_slice(&d.max_discard.to_le_bytes());
+        c[40..44].copy_from_slice(&1u32.to_le_bytes());
+        c[44..48].copy_from_slice(&sectors_per_block.to_le_bytes());
+        c[48..52].copy_from_slice(&d.max_write_zeroes.to_le_bytes());
+        c[52..56].copy_from_slice(&1u32.to_le_bytes());
+        c[56] = u8::from(d.write_zeroes_may_unmap);
         c
     }
 }
@@ -168,6 +182,12 @@ impl VhostUserBackend for Backend {
         }
         if self.dev.read_only {
             f |= 1 << VIRTIO_BLK_F_RO;
+        }
+        if self.dev.max_discard > 0 && !self.dev.read_only {
+            f |= 1 << VIRTIO_BLK_F_DISCARD;
+        }
+        if self.dev.max_write_zeroes > 0 && !self.dev.read_only {
+            f |= 1 << VIRTIO_BLK_F_WRITE_ZEROES;
         }
         f
     }

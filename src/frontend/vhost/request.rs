@@ -11,7 +11,12 @@ pub(super) mod kind {
     pub const OUT: u32 = 1;
     pub const FLUSH: u32 = 4;
     pub const GET_ID: u32 = 8;
+    pub const DISCARD: u32 = 11;
+    pub const WRITE_ZEROES: u32 = 13;
 }
+
+/// `VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP`: the range may be deallocated (reading back zeros).
+pub(super) const UNMAP: u32 = 1;
 
 /// `VIRTIO_BLK_S_*`.
 pub(super) mod status {

@@ -99,6 +99,9 @@ fn rig(max_segs: u16) -> Rig {
         max_io: 64 << 10,
         seg_max: u32::from(max_segs),
         size_max: 4096,
+        max_discard: 2048,
+        max_write_zeroes: 2048,
+        write_zeroes_may_unmap: false,
     };
     let mut worker = Worker::new(0, path, Arc::new(dev)).unwrap();
     worker.new_connection();
@@ -263,4 +266,57 @@ fn bad_requests_are_answered_not_served() {
     r.mem.read_slice(&mut id, GuestAddress(0x21_0000)).unwrap();
     assert_eq!(&id[..13], b"SRPSERIAL0001");
     assert_eq!(r.worker.counters().errors, 4);
+}
+
+#[test]
+fn discard_and_write_zeroes_take_one_range_of_whole_blocks() {
+    let mut r = rig(16);
+    let ones = vec![0x11u8; 8192];
+    r.mem.write_slice(&ones, GuestAddress(0x20_0000)).unwrap();
+    r.request(kind::OUT, 0, &[(0x20_0000, 8192)], false);
+    r.run();
+    assert_eq!(r.status(0), status::OK);
+    // ranges: sectors 0..8 zeroed, 8..16 discarded (the fake zeroes it too), a bad flag, the unmap
+    // flag on a discard, two ranges, past the limit
+    let range = |at: u64, sector: u64, n: u32, flags: u32| {
+        let mut b = [0u8; 16];
+        b[0..8].copy_from_slice(&sector.to_le_bytes());
+        b[8..12].copy_from_slice(&n.to_le_bytes());
+        b[12..16].copy_from_slice(&flags.to_le_bytes());
+        r.mem.write_slice(&b, GuestAddress(at)).unwrap();
+    };
+    range(0x30_0000, 0, 8, 0);
+    range(0x30_0010, 8, 8, 0);
+    range(0x30_0020, 0, 8, 2);
+    range(0x30_0030, 0, 8, 1);
+    range(0x30_0040, 0, 4096, 0);
+    r.request(kind::WRITE_ZEROES, 0, &[(0x30_0000, 16)], false);
+    r.request(kind::DISCARD, 0, &[(0x30_0010, 16)], false);
+    r.request(kind::WRITE_ZEROES, 0, &[(0x30_0020, 16)], false);
+    r.request(kind::DISCARD, 0, &[(0x30_0030, 16)], false);
+    r.request(kind::DISCARD, 0, &[(0x30_0000, 32)], false);
+    r.request(kind::DISCARD, 0, &[(0x30_0040, 16)], false);
+    r.run();
+    let got: Vec<u8> = [3u16, 6, 9, 12, 15, 18]
+        .iter()
+        .map(|&d| r.status(d))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            status::OK,
+            status::OK,
+            status::UNSUPP,
+            status::UNSUPP,
+            status::IOERR,
+            status::IOERR
+        ]
+    );
+    r.request(kind::IN, 0, &[(0x28_0000, 8192)], true);
+    r.run();
+    let mut back = vec![0xffu8; 8192];
+    r.mem
+        .read_slice(&mut back, GuestAddress(0x28_0000))
+        .unwrap();
+    assert!(back.iter().all(|&b| b == 0), "zeroed and discarded");
 }

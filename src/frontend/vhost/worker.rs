@@ -293,8 +293,9 @@ impl<C: Connect> Worker<C> {
     ) {
         let answer = match r.kind {
             kind::IN | kind::OUT => self.rw(&r, mem),
-            kind::FLUSH => self.flush(&r, mem),
+            kind::FLUSH => self.op(&r, BlockOp::Flush, 0, 0, mem),
             kind::GET_ID => Err(self.get_id(&r, mem)),
+            kind::DISCARD | kind::WRITE_ZEROES => self.deallocate(&r, mem),
             _ => Err((status::UNSUPP, 0)),
         };
         if let Err((st, data)) = answer {
@@ -338,11 +339,19 @@ impl<C: Connect> Worker<C> {
         (status::OK, n)
     }
 
-    /// FLUSH on a free tag (what it becomes follows the LUN's write cache).
-    fn flush(&mut self, r: &Request, mem: &Arc<GuestMemoryMmap<()>>) -> Result<(), (u8, u32)> {
+    /// `op` on a free tag: FLUSH (what it becomes follows the LUN's write cache), DISCARD or
+    /// WRITE_ZEROES of `len` bytes at `off`.
+    fn op(
+        &mut self,
+        r: &Request,
+        op: BlockOp,
+        off: u64,
+        len: u32,
+        mem: &Arc<GuestMemoryMmap<()>>,
+    ) -> Result<(), (u8, u32)> {
         let tag = self.free.pop().ok_or((status::IOERR, 0))?;
         let geo = self.dev.geo;
-        match self.path.submit(tag, BlockOp::Flush, 0, 0, &geo) {
+        match self.path.submit(tag, op, off, len, &geo) {
             Ok(()) => {
                 self.hold(tag, r, 0, Vec::new(), mem);
                 Ok(())
@@ -352,6 +361,47 @@ impl<C: Connect> Worker<C> {
                 Err((status::IOERR, 0))
             }
         }
+    }
+
+    /// DISCARD or WRITE_ZEROES: one range (`max_*_seg` is 1) of whole blocks, within what the
+    /// device advertised; an unknown flag, or the unmap flag on a DISCARD, is UNSUPP.
+    fn deallocate(&mut self, r: &Request, mem: &Arc<GuestMemoryMmap<()>>) -> Result<(), (u8, u32)> {
+        let discard = r.kind == kind::DISCARD;
+        let limit = if discard {
+            self.dev.max_discard
+        } else {
+            self.dev.max_write_zeroes
+        };
+        let ([seg], false, 1..) = (&r.data[..], r.writable, limit) else {
+            return Err((status::UNSUPP, 0));
+        };
+        let mut range = [0u8; 16];
+        if seg.len != 16 || mem.read_slice(&mut range, seg.addr).is_err() {
+            return Err((status::IOERR, 0));
+        }
+        let sector = u64::from_le_bytes(range[0..8].try_into().expect("8 bytes"));
+        let sectors = u32::from_le_bytes(range[8..12].try_into().expect("4 bytes"));
+        let flags = u32::from_le_bytes(range[12..16].try_into().expect("4 bytes"));
+        let unmap = flags & request::UNMAP != 0;
+        if flags & !request::UNMAP != 0 || (discard && unmap) {
+            return Err((status::UNSUPP, 0));
+        }
+        let bs = u64::from(self.dev.block_size);
+        let (off, len) = (sector.saturating_mul(512), u64::from(sectors) * 512);
+        let fits = sectors > 0
+            && sectors <= limit
+            && off % bs == 0
+            && len % bs == 0
+            && off.checked_add(len).is_some_and(|e| e <= self.dev.size);
+        if !fits || self.lost || self.dev.read_only {
+            return Err((status::IOERR, 0));
+        }
+        let op = if discard {
+            BlockOp::Discard
+        } else {
+            BlockOp::WriteZeroes { may_unmap: unmap }
+        };
+        self.op(r, op, off, len as u32, mem)
     }
 
     /// A READ or WRITE: checked against the LUN, then zero copy or copied.
