@@ -136,6 +136,9 @@ impl Backend {
         c[24] = d.physical_exp;
         c[26..28].copy_from_slice(&1u16.to_le_bytes());
         c[28..32].copy_from_slice(&(d.opt_io / d.block_size).to_le_bytes());
+        // writeback: the LUN's volatile cache (a guest then sends FLUSH; without one a completed
+        // write is durable)
+        c[32] = u8::from(d.geo.cache.flushes());
         c[34..36].copy_from_slice(&(self.workers.len() as u16).to_le_bytes());
         // one range per request; a discard aligned to the logical block
         let sectors_per_block = d.block_size / 512;
@@ -176,6 +179,7 @@ impl VhostUserBackend for Backend {
             | 1 << VIRTIO_BLK_F_BLK_SIZE
             | 1 << VIRTIO_BLK_F_TOPOLOGY
             | 1 << VIRTIO_BLK_F_FLUSH
+            | 1 << VIRTIO_BLK_F_CONFIG_WCE
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
         if self.workers.len() > 1 {
             f |= 1 << VIRTIO_BLK_F_MQ;
@@ -198,6 +202,20 @@ impl VhostUserBackend for Backend {
 
     fn set_event_idx(&self, enabled: bool) {
         self.event_idx.store(enabled, Relaxed);
+    }
+
+    fn set_config(&self, offset: u32, buf: &[u8]) -> std::io::Result<()> {
+        // the writeback byte is the only writable field; the LUN's cache is the target's to set
+        // (MODE SELECT), so the byte keeps the LUN's value (a Linux guest reads it back after
+        // writing it); an error here would end the VMM's connection
+        if offset == 32 && buf.first() != Some(&u8::from(self.dev.geo.cache.flushes())) {
+            tracing::warn!(
+                "the guest asked to turn the LUN's write cache {}: that is the target's setting, \
+                 left as it is",
+                if buf.first() == Some(&0) { "off" } else { "on" }
+            );
+        }
+        Ok(())
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
