@@ -3,7 +3,7 @@
 # and qemu-nbd on a RAM file, in one run, with fio's nbd engine over unix sockets: 4 KiB randread and
 # randwrite at QD1 and QD32, 1 and 2 jobs, interleaved rounds; the median IOPS per case and the ratios
 # srp-ublk / nbdkit and srp-ublk / qemu-nbd. Writes target/bench/nbd-<time>.json and prints a markdown
-# table (docs/performance.md keeps the latest).
+# table (docs/bench/performance-record.md keeps the latest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${BENCH_ROUNDS:-3}

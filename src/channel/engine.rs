@@ -354,7 +354,7 @@ impl<T: Transport> Channel<T> {
     ///
     /// A command sent alone (nothing else outstanding: QD1) is signalled and its SEND completion
     /// wakes the queue: measured in the lab, the thread woken early is running when the response
-    /// lands, and QD1 IOPS were 10-15% lower without it (docs/performance.md). With more in
+    /// lands, and QD1 IOPS were 10-15% lower without it (docs/bench/performance-record.md). With more in
     /// flight, completions keep the queue awake and SENDs neither signal nor wake it.
     fn send_cmd(&mut self, tag: u16) -> Result<(), TransportError> {
         let idx = usize::from(tag);

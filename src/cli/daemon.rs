@@ -79,7 +79,7 @@ pub(crate) fn signal(d: &DeviceState, sig: Signal) -> anyhow::Result<()> {
 /// daemons are: no controlling terminal, no signal from the terminal that ran `add`, and a
 /// scheduler autogroup of its own. In the shell's autogroup its queue threads would share one
 /// CPU share with the applications they serve, so the scheduler runs them sooner after each
-/// wake-up and each wake-up finds fewer commands (measured in docs/performance.md). EPERM means
+/// wake-up and each wake-up finds fewer commands (measured in docs/bench/performance-record.md). EPERM means
 /// it already leads one: the image an `upgrade` exec'd in place of such a daemon.
 pub(crate) fn own_session() {
     match nix::unistd::setsid() {

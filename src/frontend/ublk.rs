@@ -110,7 +110,7 @@ pub enum PollMode {
     /// application, one for the fabric) a queue spins whenever commands are out; with fewer, only
     /// while one command is out: at low depth the machine waits for that command anyway and the
     /// spin saves the wake-up, at high depth spinning takes the cycles the completions need; with
-    /// one CPU never, as `interrupt` (measured in the lab: `just bench`, docs/performance.md).
+    /// one CPU never, as `interrupt` (measured in the lab: `just bench`, docs/bench/performance-record.md).
     Adaptive,
     /// Always arm the CQ and sleep until its completion channel fires.
     Interrupt,
@@ -542,7 +542,7 @@ impl Waiting {
     /// out with a core to spare (queues + 2 CPUs); with fewer, only while a single command is out;
     /// with one CPU never, since the spin would wait on the CPU that must run the answer (measured
     /// on a one-vCPU lab guest: the same QD1 IOPS as `interrupt` at 1.6-1.8x the daemon's CPU
-    /// per I/O, docs/performance.md).
+    /// per I/O, docs/bench/performance-record.md).
     fn for_machine(mode: PollMode, queues: u16, cpus: usize) -> Waiting {
         let spin_depth = match mode {
             PollMode::Adaptive if cpus <= 1 => 0,
@@ -684,7 +684,7 @@ fn recover_ctrl(id: i32, queues: u16, depth: u16) -> Result<UblkCtrl, UblkFrontE
 /// thread on queue 0's). ublk sends each CPU's I/O to one queue; a queue thread on the CPU that
 /// submits to it is woken inside the application's `io_submit` and runs there, spinning for the
 /// response, before the submission returns, and the application it completes is woken on a CPU the
-/// thread still holds (docs/performance.md, "The queue thread off its submitters' CPUs"). Empty
+/// thread still holds (docs/bench/performance-record.md, "The queue thread off its submitters' CPUs"). Empty
 /// (libublk's pinning to the queue's own CPUs stays) with one queue or when the kernel does not say.
 fn next_queue_cpus(c: &UblkCtrl, qid: usize, nr_queues: usize) -> Vec<usize> {
     let next = (qid + 1) % nr_queues.max(1);

@@ -22,7 +22,7 @@ use std::sync::Arc;
 /// The registered bytes of each tag's buffer when the largest I/O is larger: commands up to this
 /// size (the ublk default's largest I/O at depth 64) are not copied. Smaller heads pin less at
 /// the price of a copy per larger command on the queue's thread (measured in the lab with 64 KiB:
-/// 128 KiB commands cost 300-400 us more of the daemon's CPU each, docs/performance.md).
+/// 128 KiB commands cost 300-400 us more of the daemon's CPU each, docs/bench/performance-record.md).
 const HEAD: u32 = 128 << 10;
 /// The registered bytes of the staging buffers together, per queue.
 const STAGE_BUDGET: u32 = 2 << 20;

@@ -1,7 +1,7 @@
 #!/bin/sh
 # just lab-run tests/lab/examples/max-io.sh: 1 MiB and 128 KiB sequential I/O on srp-ublk with the
 # default largest I/O, on srp-ublk with max_sect=1024 (512 KiB commands) and on ib_srp, the three
-# devices on the same LUN in one boot, 4 rounds (docs/performance.md, "The default largest I/O with
+# devices on the same LUN in one boot, 4 rounds (docs/bench/performance-record.md, "The default largest I/O with
 # the pool"). Prints MiB/s and the guest's CPU jiffies per GiB for each run.
 set -u
 SECS=8; ROUNDS=${ROUNDS:-4}
