@@ -754,6 +754,10 @@ impl Transport for FakeTarget {
         self.stopped || self.released
     }
 
+    fn removing(&self) -> bool {
+        self.faults.removed && !self.released
+    }
+
     fn release_if_removed(&mut self) -> bool {
         if !self.faults.removed || self.released {
             return false;

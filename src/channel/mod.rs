@@ -234,6 +234,11 @@ pub trait Transport {
     fn is_stopped(&self) -> bool {
         false
     }
+    /// Whether the device under the transport is going away (and the transport not yet
+    /// released): what [`Transport::release_if_removed`] would act on.
+    fn removing(&self) -> bool {
+        false
+    }
     /// When the device under the transport is going away: closes it at once and says so.
     fn release_if_removed(&mut self) -> bool {
         false

@@ -109,20 +109,21 @@ struct Member {
 
 /// One queue's path: see the module documentation.
 pub struct Path<C: Connect> {
-    /// Dropped before `bufs` (field order); each login also keeps the memory it registered.
+    /// The buffers' registration, kept from one login to the next on the same device (none while
+    /// the channel starts down, or after its device went away). The registrations are dropped
+    /// before the channel (field order): the login still holds the device then, so the last
+    /// holder of a registration lets go of it while the device's context is open.
+    reg: Option<<C::T as Transport>::Registered>,
+    /// Memory the front end lent ([`Path::lend`]).
+    loan: Option<loan::Loan<<C::T as Transport>::Registered>>,
+    /// Registrations of replaced loans, until no command is outstanding.
+    retired: Vec<<C::T as Transport>::Registered>,
     ch: Channel<C::T>,
     bufs: TagBufs,
-    /// The buffers' registration, kept from one login to the next on the same device (none while
-    /// the channel starts down, or after its device went away).
-    reg: Option<<C::T as Transport>::Registered>,
     /// The descriptor of each registered region: tag `t`'s head at `t`, then the area
     /// ([`TagBufs::area_region`]).
     data: Vec<DataBuf>,
-    /// Memory the front end lent ([`Path::lend`]).
-    loan: Option<loan::Loan<<C::T as Transport>::Registered>>,
     loan_gen: u32,
-    /// Registrations of replaced loans, until no command is outstanding.
-    retired: Vec<<C::T as Transport>::Registered>,
     /// Which tag holds which span of the area, and the commands waiting for room.
     stage: Staging,
     rport: Rport,
@@ -555,11 +556,13 @@ impl<C: Connect> Path<C> {
     fn on_down(&mut self, now: Instant, done: &mut dyn FnMut(Done, &TagBufs)) -> Option<Event> {
         let step = self.went_down(now);
         let mut event = None;
-        // the device under the channel is going away: let go of what is ours on it at once
-        if self.ch.transport().release_if_removed() {
-            // the removal completes only once nothing of ours is registered on the device
+        // the device under the channel is going away: let go of what is ours on it at once, the
+        // registrations first (the login's CM id may be what keeps the device's context open)
+        if self.ch.transport().removing() {
             self.reg = None;
             self.loan_released();
+        }
+        if self.ch.transport().release_if_removed() {
             let since = SystemTime::now()
                 .checked_sub(step.down_for)
                 .unwrap_or_else(SystemTime::now);

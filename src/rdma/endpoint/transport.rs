@@ -340,6 +340,10 @@ impl Transport for Endpoint {
         Endpoint::is_stopped(self)
     }
 
+    fn removing(&self) -> bool {
+        !self.closed && self.device_removed()
+    }
+
     fn release_if_removed(&mut self) -> bool {
         Endpoint::release_if_removed(self)
     }

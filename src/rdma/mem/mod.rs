@@ -10,7 +10,10 @@
 //! registration against it and every login on it; each of those holds the domain, which goes (its
 //! anchor last) when the last of them does. A device removal therefore completes once every path
 //! on the device has let go of its registration and its logins, which [`crate::path`] does when it
-//! sees the removal.
+//! sees the removal. Where the anchor cannot be bound (it is logged), the order of those releases
+//! carries the same guarantee: a path drops its registrations before its login (on a removal, and
+//! by field order), a login drops its share of them and of the domain before its CM id, so the
+//! last release happens while some CM id still holds the context.
 
 use super::{lifecycle, RdmaError};
 use crate::channel::DataBuf;
@@ -108,8 +111,17 @@ impl Domain {
         };
         // the anchor first: from then on the context stays open whatever happens to `id`
         // SAFETY: id is valid and resolved (the caller's promise).
-        d.anchor = unsafe { anchor(id) }?;
-        // SAFETY: an anchor bound to the same device (checked in `anchor`) holds ctx open.
+        match unsafe { anchor(id) } {
+            Ok(a) => d.anchor = a,
+            // a login must not fail for it: without the anchor, the registrations still go
+            // before their logins' CM ids (see the module documentation)
+            Err(e) => tracing::warn!(
+                "RDMA device {device}: no CM id of srp-ublk's own holds the device ({}); its \
+                 protection domain lives as long as its logins",
+                crate::Chain(&e)
+            ),
+        }
+        // SAFETY: ctx is open: `id` (alive for this call) or the anchor holds it.
         d.pd = unsafe { ibv_alloc_pd(ctx) };
         if d.pd.is_null() {
             return Err(RdmaError::os("ibv_alloc_pd"));
