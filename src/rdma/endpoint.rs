@@ -572,18 +572,13 @@ impl Endpoint {
         len: usize,
         access: ibv_access_flags,
     ) -> Result<*mut ibv_mr, RdmaError> {
-        let pd = self.domain.as_ref().map_or(null_mut(), |d| d.pd());
-        if pd.is_null() {
-            return Err(RdmaError::os("ibv_reg_mr"));
-        }
-        // SAFETY: pd is valid while we hold the domain; ptr..ptr+len is memory this Endpoint
-        // owns (the IU region, the scratch buffer), registered until `close`, which frees it
-        // only after deregistering.
-        let mr = unsafe { ibv_reg_mr(pd, ptr as *mut libc::c_void, len, access.0 as i32) };
-        if mr.is_null() {
-            return Err(RdmaError::os("ibv_reg_mr"));
-        }
-        Ok(mr)
+        let domain = self
+            .domain
+            .as_ref()
+            .ok_or_else(|| RdmaError::os("ibv_reg_mr"))?;
+        // SAFETY: ptr..ptr+len is memory this Endpoint owns (the IU region, the scratch buffer),
+        // registered until `close`, which frees it only after deregistering.
+        unsafe { domain.reg_mr(ptr, len, access) }
     }
 
     /// A 64 KiB registered buffer owned by the endpoint, for setup commands (INQUIRY, ...).

@@ -150,6 +150,8 @@ impl<C: Connect> Worker<C> {
         if let Some(m) = mem {
             self.lend(m);
         }
+        self.path.set_clock(clock_ms());
+        self.path.tick(clock_ms());
         let mut used = false;
         loop {
             let mut progress = self.take_requests(vring, &mut used);
@@ -386,13 +388,8 @@ impl<C: Connect> Worker<C> {
         if flags & !request::UNMAP != 0 || (discard && unmap) {
             return Err((status::UNSUPP, 0));
         }
-        let bs = u64::from(self.dev.block_size);
         let (off, len) = (sector.saturating_mul(512), u64::from(sectors) * 512);
-        let fits = sectors > 0
-            && sectors <= limit
-            && off % bs == 0
-            && len % bs == 0
-            && off.checked_add(len).is_some_and(|e| e <= self.dev.size);
+        let fits = sectors > 0 && sectors <= limit && self.in_lun(off, len);
         if !fits || self.lost || self.dev.read_only {
             return Err((status::IOERR, 0));
         }
@@ -404,6 +401,12 @@ impl<C: Connect> Worker<C> {
         self.op(r, op, off, len as u32, mem)
     }
 
+    /// Whether `len` bytes at byte `off` are whole logical blocks of the LUN.
+    fn in_lun(&self, off: u64, len: u64) -> bool {
+        let bs = u64::from(self.dev.block_size);
+        off % bs == 0 && len % bs == 0 && off.checked_add(len).is_some_and(|e| e <= self.dev.size)
+    }
+
     /// A READ or WRITE: checked against the LUN, then zero copy or copied.
     fn rw(&mut self, r: &Request, mem: &Arc<GuestMemoryMmap<()>>) -> Result<(), (u8, u32)> {
         let read = r.kind == kind::IN;
@@ -413,10 +416,7 @@ impl<C: Connect> Worker<C> {
         }
         let bs = u64::from(self.dev.block_size);
         let off = r.sector.checked_mul(512).ok_or((status::IOERR, 0))?;
-        let fits = off % bs == 0
-            && len % bs == 0
-            && off.checked_add(len).is_some_and(|e| e <= self.dev.size)
-            && len <= u64::from(u32::MAX);
+        let fits = self.in_lun(off, len) && len <= u64::from(u32::MAX);
         if !fits || self.lost || r.writable != read || (!read && self.dev.read_only) {
             return Err((status::IOERR, 0));
         }
@@ -539,8 +539,6 @@ impl<C: Connect> Worker<C> {
 
     /// The path's completions (and its down steps); whether any request finished.
     fn complete(&mut self, vring: &Vring, used: &mut bool) -> bool {
-        self.path.set_clock(clock_ms());
-        self.path.tick(clock_ms());
         let mut finished: Vec<(u16, i32)> = Vec::new();
         let inflight = &mut self.inflight;
         let (_, event) = self.path.service(Instant::now(), &mut |d, bufs: &TagBufs| {

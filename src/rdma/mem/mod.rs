@@ -135,9 +135,23 @@ impl Domain {
         self.pd
     }
 
-    /// The RDMA device's name.
-    pub fn device(&self) -> &str {
-        &self.device
+    /// Registers the `len` bytes at `ptr` with `access` on this domain.
+    ///
+    /// # Safety
+    /// The memory stays allocated, at that address, until the MR is deregistered.
+    pub(super) unsafe fn reg_mr(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: ibv_access_flags,
+    ) -> Result<*mut ibv_mr, RdmaError> {
+        // SAFETY: pd is valid while `self` lives; the memory outlives the MR (the caller's
+        // promise).
+        let mr = unsafe { ibv_reg_mr(self.pd, ptr as *mut libc::c_void, len, access.0 as i32) };
+        if mr.is_null() {
+            return Err(RdmaError::os("ibv_reg_mr"));
+        }
+        Ok(mr)
     }
 }
 
@@ -225,15 +239,9 @@ impl Registration {
         };
         let mut descs = Vec::new();
         for (addr, len) in mem.regions() {
-            let ptr = addr as *mut u8;
-            // SAFETY: pd is valid while we hold the domain; ptr..ptr+len is memory `keep` holds
-            // allocated, at this address, until these regions are gone (their drop deregisters
-            // first): what a Lent promises.
-            let mr =
-                unsafe { ibv_reg_mr(r.domain.pd, ptr as *mut libc::c_void, len, access.0 as i32) };
-            if mr.is_null() {
-                return Err(RdmaError::os("ibv_reg_mr"));
-            }
+            // SAFETY: addr..addr+len is memory `keep` holds allocated, at this address, until these
+            // regions are gone (their drop deregisters first): what a Lent promises.
+            let mr = unsafe { r.domain.reg_mr(addr as *mut u8, len, access) }?;
             r.mrs.push(mr);
             r.bytes += len as u64;
             PINNED.fetch_add(len as u64, Relaxed);
@@ -241,7 +249,7 @@ impl Registration {
             // SAFETY: mr is a valid MR returned by ibv_reg_mr.
             let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
             descs.push(DataBuf {
-                addr: ptr as u64,
+                addr,
                 len: len as u32,
                 lkey,
                 rkey,
