@@ -314,11 +314,12 @@ pub fn serve(
         for q in 0..queues {
             let c = backend.worker(q).counters();
             tracing::info!(
-                "queue {q}: {} requests, {} MiB zero copy, {} MiB copied, {} errors",
+                "queue {q}: {} requests, {} MiB zero copy, {} MiB copied, {} errors, {} in several segments",
                 c.requests,
                 c.zero_copy_bytes >> 20,
                 c.copied_bytes >> 20,
-                c.errors
+                c.errors,
+                c.indirect
             );
         }
     }

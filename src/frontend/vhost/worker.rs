@@ -40,6 +40,8 @@ pub struct Counters {
     pub copied_bytes: u64,
     /// Requests that completed with an error status.
     pub errors: u64,
+    /// Zero-copy requests whose data went as several segments (an indirect descriptor).
+    pub indirect: u64,
 }
 
 /// A request the target has.
@@ -443,6 +445,9 @@ impl<C: Connect> Worker<C> {
         }
         if zero_copy {
             self.counters.zero_copy_bytes += len;
+            if self.segs.len() > 1 {
+                self.counters.indirect += 1;
+            }
         } else {
             self.counters.copied_bytes += len;
         }
