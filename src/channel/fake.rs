@@ -674,12 +674,7 @@ impl Transport for FakeTarget {
         let descs = mem
             .regions()
             .zip(first..)
-            .map(|((addr, len), key)| DataBuf {
-                addr,
-                len: len as u32,
-                lkey: key,
-                rkey: key,
-            })
+            .flat_map(|((addr, len), key)| DataBuf::spans(addr, len, key, key))
             .collect();
         let reg = FakeRegistration {
             device: self.device,

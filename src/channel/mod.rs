@@ -44,6 +44,22 @@ pub struct DataBuf {
 }
 
 impl DataBuf {
+    /// The most one descriptor covers (a memory region may be larger: a guest's RAM above 4 GiB).
+    pub const MAX_LEN: u32 = 1 << 31;
+
+    /// `len` bytes at `addr` under one pair of keys, as descriptors of at most [`Self::MAX_LEN`].
+    pub fn spans(addr: u64, len: usize, lkey: u32, rkey: u32) -> impl Iterator<Item = DataBuf> {
+        let len = len as u64;
+        (0..len)
+            .step_by(Self::MAX_LEN as usize)
+            .map(move |off| DataBuf {
+                addr: addr + off,
+                len: (len - off).min(u64::from(Self::MAX_LEN)) as u32,
+                lkey,
+                rkey,
+            })
+    }
+
     /// The first `len` bytes of this buffer.
     pub fn prefix(self, len: u32) -> DataBuf {
         DataBuf {
@@ -278,4 +294,21 @@ pub struct ScsiCmd {
     pub cdb: Cdb,
     /// Its data.
     pub data: DataDir,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DataBuf;
+
+    #[test]
+    fn a_region_over_4_gib_is_lent_as_spans_that_tile_it() {
+        let spans: Vec<_> = DataBuf::spans(0x1000, 5 << 30, 7, 9).collect();
+        let lens: Vec<_> = spans.iter().map(|s| s.len).collect();
+        assert_eq!(lens, [1 << 31, 1 << 31, 1 << 30]);
+        assert!(spans
+            .windows(2)
+            .all(|w| w[0].addr + u64::from(w[0].len) == w[1].addr));
+        assert!(spans.iter().all(|s| (s.lkey, s.rkey) == (7, 9)));
+        assert_eq!(DataBuf::spans(0, 0, 1, 1).count(), 0);
+    }
 }

@@ -433,4 +433,23 @@ mod tests {
         let e = conf_argv("target\n", f).unwrap_err();
         assert!(e.to_string().contains("expected key = value"), "{e}");
     }
+
+    #[test]
+    fn the_packaged_example_parses_with_its_commented_keys_too() {
+        let text = include_str!("../../packaging/example.conf");
+        let f = Path::new("example.conf");
+        let argv = conf_argv(text, f).unwrap();
+        assert_eq!(argv[..4], ["--target", argv[1].as_str(), "--lun", "all"]);
+        // every commented-out `key = value` line is a key `up` takes
+        let on: String = text
+            .lines()
+            .map(|l| match l.strip_prefix('#') {
+                Some(rest) if rest.contains(" = ") && !rest.starts_with(' ') => rest,
+                _ => l,
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let all = conf_argv(&on, f).unwrap();
+        assert_eq!(all.len(), 4 + 2 * 5, "{all:?}");
+    }
 }

@@ -9,12 +9,15 @@
 mod request;
 #[cfg(test)]
 mod tests;
+mod translate;
 mod worker;
 
+#[cfg(feature = "test-utils")]
+pub use translate::fuzz_chain;
 pub use worker::Counters;
 
 use crate::channel::block::Geometry;
-use crate::path::Path;
+use crate::path::{Connect, Path};
 use crate::session::Relogin;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -71,10 +74,11 @@ struct GuestMem {
     mem: Mutex<Option<Arc<GuestMemoryMmap<()>>>>,
 }
 
-/// The backend the daemon serves: the device and a worker per queue.
-pub struct Backend {
+/// The backend the daemon serves: the device and a worker per queue (each over a path that logs
+/// in with `C`: the RDMA session in production, the fake target in tests).
+pub struct Backend<C: Connect = Relogin> {
     dev: Arc<Device>,
-    workers: Vec<Mutex<Worker>>,
+    workers: Vec<Mutex<Worker<C>>>,
     outstanding: Vec<Arc<AtomicU16>>,
     mem: GuestMem,
     event_idx: AtomicBool,
@@ -102,9 +106,9 @@ pub enum VhostError {
     },
 }
 
-impl Backend {
+impl<C: Connect> Backend<C> {
     /// A backend over `paths`, one per queue.
-    pub fn new(dev: Device, paths: Vec<Path<Relogin>>) -> Result<Backend, VhostError> {
+    pub fn new(dev: Device, paths: Vec<Path<C>>) -> Result<Backend<C>, VhostError> {
         let dev = Arc::new(dev);
         let mut workers = Vec::new();
         for (queue, p) in paths.into_iter().enumerate() {
@@ -121,7 +125,7 @@ impl Backend {
         })
     }
 
-    fn worker(&self, q: usize) -> std::sync::MutexGuard<'_, Worker> {
+    fn worker(&self, q: usize) -> std::sync::MutexGuard<'_, Worker<C>> {
         self.workers[q].lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -158,7 +162,10 @@ fn listener_id(queues: usize, q: usize) -> u64 {
     (queues + 1 + q) as u64
 }
 
-impl VhostUserBackend for Backend {
+impl<C: Connect + Send + 'static> VhostUserBackend for Backend<C>
+where
+    Path<C>: Send,
+{
     type Bitmap = ();
     type Vring = Vring;
 
@@ -275,11 +282,14 @@ impl VhostUserBackend for Backend {
 
 /// Serves the backend on the vhost-user socket `path`, one VMM connection after another, until
 /// the process ends; `ready` runs once the socket listens.
-pub fn serve(
+pub fn serve<C: Connect + Send + 'static>(
     path: &std::path::Path,
-    backend: Arc<Backend>,
+    backend: Arc<Backend<C>>,
     ready: impl FnOnce(),
-) -> Result<(), VhostError> {
+) -> Result<(), VhostError>
+where
+    Path<C>: Send,
+{
     let err = |detail: String| VhostError::Daemon {
         path: path.display().to_string(),
         detail,

@@ -40,7 +40,7 @@ impl<C: Connect> Path<C> {
         Ok(())
     }
 
-    /// The lent memory's descriptors (one per region, in [`Lent::regions`] order), once a login
+    /// The lent memory's descriptors (a region's [`DataBuf::spans`], in [`Lent::regions`] order), once a login
     /// registered it: they change only when [`Path::loan_gen`] does.
     pub fn loan(&self) -> Option<(&Lent, &[DataBuf])> {
         let l = self.loan.as_ref()?;

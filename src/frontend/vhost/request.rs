@@ -71,6 +71,10 @@ pub(super) enum ChainError {
     /// The data mixes device-readable and device-writable descriptors.
     #[error("the request's data mixes device-readable and device-writable descriptors")]
     MixedData,
+    /// The chain never ends where the ring says it may: it loops, is longer than the queue, or
+    /// names a descriptor past the table (or an indirect table outside guest memory).
+    #[error("the descriptor chain loops or runs past the descriptor table")]
+    Unterminated,
     /// The header could not be read from guest memory.
     #[error("the request's header is outside guest memory")]
     Header,

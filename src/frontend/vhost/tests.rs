@@ -22,6 +22,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 const DEPTH: u16 = 8;
 const NEXT: u16 = 1;
 const WRITE: u16 = 2;
+const INDIRECT: u16 = 4;
 /// Where the requests' headers, status bytes and data live (the ring is at 0).
 const HDR: u64 = 0x10_0000;
 const STATUS: u64 = 0x11_0000;
@@ -50,6 +51,7 @@ struct Rig {
     next_desc: u16,
     desc_table: GuestAddress,
     avail: GuestAddress,
+    used: GuestAddress,
 }
 
 /// The ring's size.
@@ -64,7 +66,7 @@ fn rig(max_segs: u16) -> Rig {
         .unwrap(),
     );
     let q = MockSplitQueue::create(&*mem, GuestAddress(0), QSIZE);
-    let (desc_table, avail) = (q.desc_table_addr(), q.avail_addr());
+    let (desc_table, avail, used) = (q.desc_table_addr(), q.avail_addr(), q.used_addr());
     let vring = Vring::new(GuestMemoryAtomic::new((*mem).clone()), QSIZE).unwrap();
     vring
         .set_queue_info(desc_table.0, avail.0, q.used_addr().0)
@@ -112,6 +114,7 @@ fn rig(max_segs: u16) -> Rig {
         next_desc: 0,
         desc_table,
         avail,
+        used,
     }
 }
 
@@ -139,13 +142,34 @@ impl Rig {
             let at = self.desc_table.0 + u64::from(n + i as u16) * 16;
             self.mem.write_obj(d, GuestAddress(at)).unwrap();
         }
+        self.push_head(n);
+        self.next_desc += descs.len() as u16;
+    }
+
+    /// Puts raw descriptors (address, length, flags, next) at table slot `at`, `at` on the ring.
+    fn raw(&mut self, at: u16, descs: &[(u64, u32, u16, u16)]) {
+        for (i, &(a, l, f, next)) in descs.iter().enumerate() {
+            let d = RawDescriptor::from(SplitDescriptor::new(a, l, f, next));
+            let slot = self.desc_table.0 + u64::from(at + i as u16) * 16;
+            self.mem.write_obj(d, GuestAddress(slot)).unwrap();
+        }
+        self.push_head(at);
+        self.next_desc = self.next_desc.max(at + descs.len() as u16);
+    }
+
+    /// Makes the chain at `head` available.
+    fn push_head(&mut self, head: u16) {
         let idx: u16 = self.mem.read_obj(GuestAddress(self.avail.0 + 2)).unwrap();
         let slot = self.avail.0 + 4 + u64::from(idx % QSIZE) * 2;
-        self.mem.write_obj(n, GuestAddress(slot)).unwrap();
+        self.mem.write_obj(head, GuestAddress(slot)).unwrap();
         self.mem
             .write_obj(idx.wrapping_add(1), GuestAddress(self.avail.0 + 2))
             .unwrap();
-        self.next_desc += descs.len() as u16;
+    }
+
+    /// The used ring's index: how many chains the device gave back.
+    fn used_idx(&self) -> u16 {
+        self.mem.read_obj(GuestAddress(self.used.0 + 2)).unwrap()
     }
 
     /// Runs the worker until the ring's requests are answered (the fake answers at once).
@@ -319,4 +343,46 @@ fn discard_and_write_zeroes_take_one_range_of_whole_blocks() {
         .read_slice(&mut back, GuestAddress(0x28_0000))
         .unwrap();
     assert!(back.iter().all(|&b| b == 0), "zeroed and discarded");
+}
+
+#[test]
+fn hostile_chains_are_answered_and_the_target_sees_only_guest_memory() {
+    let mut r = rig(16);
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&kind::OUT.to_le_bytes());
+    r.mem.write_slice(&h, GuestAddress(HDR)).unwrap();
+    let end = REGION0_END + 0x10_0000;
+    // a chain that loops, and one that names a descriptor past the table
+    r.raw(0, &[(HDR, 16, NEXT, 1), (0x20_0000, 512, NEXT, 0)]);
+    r.raw(2, &[(HDR, 16, NEXT, QSIZE + 5)]);
+    // a write from outside guest memory, a read running off its end
+    r.next_desc = 3;
+    r.request(kind::OUT, 0, &[(1 << 40, 512)], false);
+    r.request(kind::IN, 0, &[(end - 256, 512)], true);
+    // a status byte in a descriptor of no bytes, a header of 8 bytes, an indirect table outside
+    // guest memory
+    r.raw(9, &[(HDR, 16, NEXT, 10), (STATUS + 9, 0, WRITE, 0)]);
+    r.raw(11, &[(HDR, 8, NEXT, 12), (STATUS + 11, 1, WRITE, 0)]);
+    r.raw(13, &[(1 << 40, 64, INDIRECT, 0)]);
+    // then a good write and its read back
+    let pat: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+    r.mem.write_slice(&pat, GuestAddress(0x20_0000)).unwrap();
+    r.request(kind::OUT, 4, &[(0x20_0000, 1024)], false);
+    r.request(kind::IN, 4, &[(0x28_0000, 1024)], true);
+    r.run();
+    assert_eq!(r.used_idx(), 9, "every chain given back");
+    let got: Vec<u8> = [3u16, 6, 14, 17].iter().map(|&d| r.status(d)).collect();
+    assert_eq!(got, [status::IOERR, status::IOERR, status::OK, status::OK]);
+    let mut back = vec![0u8; 1024];
+    r.mem
+        .read_slice(&mut back, GuestAddress(0x28_0000))
+        .unwrap();
+    assert_eq!(back, pat);
+    assert_eq!(r.worker.counters().errors, 7);
+    // the target saw the read into the queue's own buffer and the good pair, nothing else, and
+    // never reached outside what it was given
+    let t = r.worker.target();
+    let ops: Vec<u8> = t.log.iter().map(|&(op, _)| op).collect();
+    assert_eq!(ops, [0x88, 0x8a, 0x88]);
+    assert_eq!(t.access_errors, 0);
 }

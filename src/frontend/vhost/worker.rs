@@ -6,6 +6,7 @@
 //! queue's registered buffers instead (counted in [`Counters::copied_bytes`]).
 
 use super::request::{self, kind, status, ChainError, Range, Request};
+use super::translate;
 use super::Device;
 use crate::channel::block::BlockOp;
 use crate::channel::{clock_ms, DataBuf};
@@ -19,10 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueT;
-use vm_memory::{
-    Address, Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
-    GuestMemoryRegion, MemoryRegionAddress,
-};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::timerfd::TimerFd;
 
@@ -264,11 +262,19 @@ impl<C: Connect> Worker<C> {
                 };
                 let Some(chain) = chain else { break };
                 let head = chain.head_index();
+                // a chain whose last descriptor still says "next" was cut short by the
+                // iterator: it loops, is longer than the queue, or points past it
+                let mut open = false;
                 let descs: Vec<(GuestAddress, u32, bool)> = chain
+                    .inspect(|d| open = d.has_next())
                     .map(|d| (d.addr(), d.len(), d.is_write_only()))
                     .collect();
                 started = true;
-                match request::parse(&*mem, head, &descs) {
+                let parsed = match open {
+                    true => Err(ChainError::Unterminated),
+                    false => request::parse(&*mem, head, &descs),
+                };
+                match parsed {
                     Ok(r) => self.start(r, &mem, vring, used),
                     Err(e) => self.bad_chain(head, e, vring, used),
                 }
@@ -464,32 +470,14 @@ impl<C: Connect> Worker<C> {
     /// The request's data as segments of the lent guest memory (in `self.segs`): false (and
     /// `self.segs` empty) when it must be copied instead.
     fn segments(&mut self, r: &Request, mem: &GuestMemoryMmap<()>) -> bool {
-        self.segs.clear();
-        let Some((_, descs)) = self.path.loan() else {
-            return false;
-        };
         let max = usize::from(self.path.max_segments());
-        for d in &r.data {
-            let (mut addr, mut left) = (d.addr, u64::from(d.len));
-            while left > 0 {
-                let Some(seg) = host_segment(mem, descs, addr, left) else {
-                    self.segs.clear();
-                    return false;
-                };
-                if self.segs.len() == max {
-                    self.segs.clear();
-                    return false;
-                }
-                self.segs.push(seg);
-                let Some(next) = addr.checked_add(u64::from(seg.len)) else {
-                    self.segs.clear();
-                    return false;
-                };
-                addr = next;
-                left -= u64::from(seg.len);
+        match self.path.loan() {
+            Some((_, lent)) => translate::segments(mem, lent, &r.data, max, &mut self.segs),
+            None => {
+                self.segs.clear();
+                false
             }
         }
-        true
     }
 
     /// Sends a request through the tag's own buffer, a write's data copied in first.
@@ -617,27 +605,10 @@ impl<C: Connect> Worker<C> {
     pub(super) fn counters(&self) -> Counters {
         self.counters
     }
-}
 
-/// `addr..addr+left` of guest memory as one segment of the lent region it starts in (at most to
-/// that region's end), with the region's keys; None when it lies outside guest memory or the
-/// loan.
-fn host_segment(
-    mem: &GuestMemoryMmap<()>,
-    descs: &[DataBuf],
-    addr: GuestAddress,
-    left: u64,
-) -> Option<DataBuf> {
-    let region = mem.find_region(addr)?;
-    let off = addr.0.checked_sub(region.start_addr().0)?;
-    let n = left.min(region.len() - off).min(u64::from(u32::MAX));
-    let host = region.get_host_address(MemoryRegionAddress(off)).ok()? as u64;
-    let d = descs
-        .iter()
-        .find(|d| host >= d.addr && host + n <= d.addr + u64::from(d.len))?;
-    Some(DataBuf {
-        addr: host,
-        len: n as u32,
-        ..*d
-    })
+    /// The path's transport (the fake target, in tests).
+    #[cfg(test)]
+    pub(super) fn target(&mut self) -> &mut C::T {
+        self.path.transport_mut()
+    }
 }

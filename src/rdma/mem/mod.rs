@@ -224,7 +224,7 @@ unsafe impl Send for Regions {}
 unsafe impl Sync for Regions {}
 
 impl Registration {
-    /// Registers each of `mem`'s regions with `access`; one descriptor per region.
+    /// Registers each of `mem`'s regions with `access`; descriptors per region ([`DataBuf::spans`]).
     pub(super) fn new(
         domain: Arc<Domain>,
         mem: &Lent,
@@ -248,12 +248,7 @@ impl Registration {
             REGIONS_MADE.fetch_add(1, Relaxed);
             // SAFETY: mr is a valid MR returned by ibv_reg_mr.
             let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-            descs.push(DataBuf {
-                addr,
-                len: len as u32,
-                lkey,
-                rkey,
-            });
+            descs.extend(DataBuf::spans(addr, len, lkey, rkey));
         }
         Ok((Registration(Arc::new(r)), descs))
     }
