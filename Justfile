@@ -7,13 +7,12 @@ lab := "tests/lab/lab.sh"
 default:
     @just --list
 
-# install the build and host-test dependencies when missing (libclang for bindgen, rdma-core headers,
-# the NBD clients the host tests drive)
-deps:
+# install what building needs when missing: libclang (bindgen), the rdma-core headers, pkg-config
+build-deps:
     #!/usr/bin/env bash
     set -euo pipefail
     missing=()
-    for p in libclang-dev libibverbs-dev librdmacm-dev pkg-config libnbd-bin qemu-utils fio systemd util-linux openssl python3-prometheus-client nbdkit; do
+    for p in libclang-dev libibverbs-dev librdmacm-dev pkg-config; do
         dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
     done
     if (( ${#missing[@]} )); then
@@ -22,13 +21,30 @@ deps:
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
     fi
 
-# release build of the srp-ublk binary and the hostile SRP target (what the lab puts in the guest)
-build: deps
+# build-deps, and the host tests' peers when missing (the NBD clients, fio, nbdkit, ...)
+deps: build-deps
+    #!/usr/bin/env bash
+    set -euo pipefail
+    missing=()
+    for p in libnbd-bin qemu-utils fio systemd util-linux openssl python3-prometheus-client nbdkit; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if (( ${#missing[@]} )); then
+        echo "installing test dependencies: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+
+# the release binary alone (what install and the packages take)
+release: build-deps
     cargo build --release --locked
+
+# release build of the srp-ublk binary and the hostile SRP target (what the lab puts in the guest)
+build: deps release
     cargo build --release --locked --features lab-target --example hostile_target
 
 # formatting, clippy, unit tests, fuzz smoke, the lab selftest and the lab's end-to-end suite
-test: deps fmt-check clippy unit fuzz-smoke lab-selftest vm-test vm-test-lab vm-test-vhost lab-test
+test: deps fmt-check clippy unit deb fuzz-smoke lab-selftest vm-test vm-test-lab vm-test-vhost lab-test
 
 # cargo fmt --check
 fmt-check:
@@ -99,7 +115,10 @@ fuzz-setup: deps
 # split by initiator, fabric and target; knobs in tests/lab/bench/counters.sh; BENCH_PAIR=1 puts the target
 # in a guest of its own),
 # `just bench nbd` (NBD front end vs nbdkit and qemu-nbd on the host), `just bench hotpath` (the channel
-# engine's instructions per 4 KiB read under callgrind, and ns per I/O)
+# engine's instructions per 4 KiB read under callgrind, and ns per I/O), `just bench vm` (one VM in the lab
+# with the LUN as vhost-user-blk, as virtio-blk on /dev/ublkbN and on ib_srp's disk: the same fio job on
+# each in paired rounds, the guest's IOPS and latency and the host's CPU per guest I/O; BENCH_ROUNDS (3),
+# BENCH_SECS (10); tests/lab/bench/vm.py)
 bench WHAT="lab": build
     #!/usr/bin/env bash
     set -euo pipefail
@@ -114,7 +133,8 @@ bench WHAT="lab": build
             a=$(ir 100000); b=$(ir 200000)
             echo "instructions per 4 KiB read (initiator side): $(( (b - a) / 100000 ))  [callgrind, (200k - 100k I/Os) / 100k]"
             target/release/examples/hotpath 2000000;;
-        *) echo "just bench: unknown benchmark '{{WHAT}}' (have: lab, counters, nbd, hotpath)" >&2; exit 2;;
+        vm) NESTED_MODE=bench bash tests/lab/vm/nested.sh;;
+        *) echo "just bench: unknown benchmark '{{WHAT}}' (have: lab, counters, nbd, hotpath, vm)" >&2; exit 2;;
     esac
 
 # criterion benchmarks of the wire codecs
@@ -124,17 +144,10 @@ bench-wire: deps
 # The binary goes to /usr/sbin, where the units and udev rules look for it. Afterwards:
 # systemctl daemon-reload && udevadm control --reload
 
-# install the binary, systemd units, udev rules, man pages, completions and docs as a package would (root; DESTDIR= to stage)
-install: build
-    install -D -m 755 target/release/srp-ublk "${DESTDIR:-}/usr/sbin/srp-ublk"
-    install -d "${DESTDIR:-}/usr/lib/systemd/system" "${DESTDIR:-}/usr/lib/udev/rules.d" "${DESTDIR:-}/usr/share/doc/srp-ublk" "${DESTDIR:-}/etc/srp-ublk/targets.d"
-    install -m 644 systemd/*.service "${DESTDIR:-}/usr/lib/systemd/system/"
-    install -m 644 udev/*.rules "${DESTDIR:-}/usr/lib/udev/rules.d/"
-    install -m 644 docs/*.md docs/multipath-srp-ublk.conf "${DESTDIR:-}/usr/share/doc/srp-ublk/"
-    # man pages and completions, generated from the binary's own command line
-    rm -rf target/man8 && target/release/srp-ublk man target/man8 && gzip -9nf target/man8/*.8
-    install -D -m 644 -t "${DESTDIR:-}/usr/share/man/man8" target/man8/*.8.gz
-    install -d "${DESTDIR:-}/usr/share/bash-completion/completions" "${DESTDIR:-}/usr/share/zsh/vendor-completions" "${DESTDIR:-}/usr/share/fish/vendor_completions.d"
-    target/release/srp-ublk completions bash > "${DESTDIR:-}/usr/share/bash-completion/completions/srp-ublk"
-    target/release/srp-ublk completions zsh > "${DESTDIR:-}/usr/share/zsh/vendor-completions/_srp-ublk"
-    target/release/srp-ublk completions fish > "${DESTDIR:-}/usr/share/fish/vendor_completions.d/srp-ublk.fish"
+# install the binary, systemd units, udev rules, man pages, completions and docs as the package does (root; DESTDIR= to stage)
+install: release
+    bash packaging/install.sh target/release/srp-ublk "${DESTDIR:-}"
+
+# the Debian package, target/deb/srp-ublk_VERSION_ARCH.deb, checked by lintian (packaging/deb.sh)
+deb: release
+    bash packaging/deb.sh

@@ -289,7 +289,7 @@ image() {
 # fio) as the initramfs itself (rdinit=/sbin/init): the operations tests run srp-ublk the way an
 # administrator does, through its systemd units and udev rules. Cached by a key over the package list,
 # the kernel and this code; a rebuild takes about a minute.
-SYSROOT_PKGS="systemd systemd-sysv udev dbus kmod iproute2 rdma-core ibverbs-providers ibverbs-utils
+SYSROOT_PKGS="apt systemd systemd-sysv udev dbus kmod iproute2 rdma-core ibverbs-providers ibverbs-utils
     rdmacm-utils fio multipath-tools e2fsprogs procps psmisc elfutils sysvinit-utils"
 # units that only slow the guest down or wait for a terminal nobody opens
 SYSROOT_MASK="getty@tty1.service serial-getty@ttyS0.service e2scrub_all.timer e2scrub_reap.service
@@ -343,14 +343,23 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
     install -m 644 "$HERE/guest/setup.sh" "$HERE/guest/run-job.sh" "$STAGE/usr/lib/srp-lab/"
     cp -r "$HERE/suite" "$STAGE/usr/lib/srp-lab/suite"
     if [ "$LAB_BOOT" = systemd ]; then
-        # installed as a package would install it: the binary in /usr/sbin (where the units and rules
-        # look), the units and rules from systemd/ and udev/, the lab job as a unit of its own
-        install -m 755 "$SRP_UBLK_BIN" "$STAGE/usr/sbin/srp-ublk"
-        mkdir -p "$STAGE/usr/lib/systemd/system/multi-user.target.wants" "$STAGE/usr/lib/udev/rules.d"
-        install -m 644 "$ROOT_DIR"/systemd/*.service "$HERE/guest/lab-job.service" "$STAGE/usr/lib/systemd/system/"
+        # srp-ublk as its Debian package (packaging/deb.sh, of the binary under test): installed by
+        # apt at boot (lab-install.service, before the job), or, for a guest that attaches a target
+        # at boot (LAB_SETUP=early), its files unpacked here so that the enabled unit is there
+        DEB_OUT=$LAB/deb DEB_LINT=0 SRP_UBLK_BIN=$SRP_UBLK_BIN bash "$ROOT_DIR/packaging/deb.sh" >/dev/null ||
+            die "packaging $SRP_UBLK_BIN failed (bash packaging/deb.sh)"
+        local deb
+        deb=$(ls "$LAB"/deb/srp-ublk_*.deb)
+        mkdir -p "$STAGE/usr/lib/systemd/system/multi-user.target.wants"
+        install -m 644 "$HERE/guest/lab-job.service" "$STAGE/usr/lib/systemd/system/"
         ln -s ../lab-job.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/lab-job.service"
-        install -m 644 "$ROOT_DIR"/udev/*.rules "$STAGE/usr/lib/udev/rules.d/"
-        install -D -m 644 "$ROOT_DIR/docs/multipath-srp-ublk.conf" "$STAGE/usr/share/doc/srp-ublk/multipath-srp-ublk.conf"
+        if [ "$LAB_SETUP" = early ]; then
+            dpkg-deb -x "$deb" "$STAGE"
+        else
+            install -m 644 "$deb" "$STAGE/usr/lib/srp-lab/srp-ublk.deb"
+            install -m 644 "$HERE/guest/lab-install.service" "$STAGE/usr/lib/systemd/system/"
+            ln -s ../lab-install.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/"
+        fi
         if [ "$LAB_SETUP" = early ]; then
             # the port and the target at boot, and one target enabled as an administrator would
             mkdir -p "$STAGE/usr/lib/systemd/system/sysinit.target.wants"

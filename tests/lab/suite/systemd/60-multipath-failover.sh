@@ -24,7 +24,7 @@ cleanup() {
 }
 trap cleanup EXIT
 lab_path_b > /tmp/path-b.log 2>&1 || { cat /tmp/path-b.log; fail "setting up path B"; }
-install -D -m 644 /usr/share/doc/srp-ublk/multipath-srp-ublk.conf /etc/multipath/conf.d/srp-ublk.conf
+install -D -m 644 /usr/share/doc/srp-ublk/examples/multipath-srp-ublk.conf /etc/multipath/conf.d/srp-ublk.conf
 a=$(ublk_add --lun 0 --queues 2 --fast-io-fail-tmo $TMO --reconnect-delay 1) || fail "add path A: $a"
 b=$(srp-ublk add --target "$SRP_TARGET_B" --lun 0 --queues 2 --fast-io-fail-tmo $TMO --reconnect-delay 1) ||
     fail "add path B: $b"
