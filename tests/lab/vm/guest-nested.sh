@@ -1,5 +1,7 @@
 # In the lab guest (tests/lab/vm/nested.sh): attach LIO's LUN 0 with srp-ublk and boot a VM (QEMU,
-# TCG) on /dev/ublkb0; then check the file system and files the VM left there.
+# TCG) on /dev/ublkb0; then check the file system and files the VM left there. In vhost mode the
+# VM's disk is `serve --vhost-user-blk`, the VM also runs fio with verify on it, and the file
+# system and files are checked through the kernel's ib_srp afterwards.
 . /usr/lib/srp-lab/suite/lib.sh
 mkdir -p /mnt/nested /mnt/d
 mount -t 9p -o trans=virtio,version=9p2000.L nested /mnt/nested || fail "mounting the nested share"
@@ -23,13 +25,18 @@ echo "lab guest: the VM's disk: $(sed "s|/dev/ublkb0|$DEV|" $N/qemu-disk-opts)"
 t0=$(now)
 # the documented memory size is a real VM's; this one has 256 MiB
 OPTS=$(sed -e "s|/dev/ublkb0|$DEV|" -e "s|memory-backend-memfd,id=mem,size=[^,]*|memory-backend-memfd,id=mem,size=256M|" $N/qemu-disk-opts)
-TMO=1200; [ "$MODE" = vhost ] && TMO=480
+TMO=1200; JOB=fs; TOOLS=
+if [ "$MODE" = vhost ]; then
+    # and fio with verify, from the read-only tools disk
+    TMO=600; JOB=fs,fio
+    TOOLS="-drive file=$N/tools.img,format=raw,if=none,id=tools,readonly=on -device virtio-blk-pci,drive=tools,serial=tools"
+fi
 timeout $TMO $N/lib/ld-linux-x86-64.so.2 --library-path $N/lib $N/qemu-system-x86_64 \
     -L $N/firmware -accel tcg -cpu max -m 256M -machine pc -nodefaults -no-reboot \
     -display none -monitor none -serial file:/tmp/inner.log -nic none \
     -kernel $N/vmlinuz -initrd $N/initrd.gz \
-    -append "console=ttyS0 rdinit=/init panic=-1 loglevel=3 mitigations=off quiet" \
-    $OPTS > /tmp/inner-qemu.log 2>&1
+    -append "console=ttyS0 rdinit=/init panic=-1 loglevel=3 mitigations=off quiet srpjob=$JOB" \
+    $OPTS $TOOLS > /tmp/inner-qemu.log 2>&1
 rc=$?
 took=$(since "$t0")
 cat /tmp/inner.log
@@ -47,7 +54,14 @@ if [ "$MODE" = vhost ]; then
     grep -q "queue 0: .* [1-9][0-9]* in several segments" /tmp/vhost.log ||
         fail "no request went as several segments on queue 0"
     ok "vhost-user-blk: $(grep -o 'queue 0: .*' /tmp/vhost.log | tail -1)"
-    DEV=$(ublk_add) || fail "srp-ublk add after the VM"
+    # fio's verify in the VM read back every block it wrote through the served disk
+    sed -n '/FIO-BEGIN/,/FIO-END/p' /tmp/inner.log | tr -d '\r' > /tmp/fio.txt
+    grep -q "FIO-END exit 0" /tmp/fio.txt || { cat /tmp/fio.txt; fail "fio with verify in the VM failed"; }
+    fio_verified /tmp/fio.txt
+    ok "fio verify in the VM: $(grep -o 'WRITE: bw=[^,]*' /tmp/fio.txt | head -1), 0 errors"
+    # the bytes the target holds, read through the kernel's initiator
+    DEV=$(lab-ref-attach) || fail "lab-ref-attach after the VM"
+    echo "lab guest: checking through ib_srp's $DEV"
 fi
 sed -n '/SUMS-BEGIN/,/SUMS-END/p' /tmp/inner.log | grep -v SUMS | sed 's/\r$//' > /tmp/sums.txt
 [ "$(wc -l < /tmp/sums.txt)" = 4 ] || fail "the inner VM printed no checksums"
@@ -58,3 +72,4 @@ mount -t ext4 -o ro "$DEV" /mnt/d || fail "mounting $DEV"
 ok "4 files on $DEV match the VM's checksums"
 umount /mnt/d
 srp-ublk del --all
+lab-ref-detach >/dev/null 2>&1 || true

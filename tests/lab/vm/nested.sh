@@ -47,15 +47,32 @@ done
 install -m 755 "$ROOT/tests/lab/vm/inner-init.sh" "$I/init"
 (cd "$I" && find . | cpio -o -H newc --quiet | gzip -1) > "$NEST/initrd.gz"
 rm -rf "$I"
+# fio for the inner VM, with its libraries, on a read-only ext2 image (its disk with serial "tools")
+if [ "${NESTED_MODE:-ublk}" != ublk ]; then
+    T=$NEST/tools-root
+    mkdir -p "$T/lib"
+    cp -L /usr/bin/fio "$T/fio" || fail "no /usr/bin/fio on this host (apt-get install fio)"
+    for lib in $(ldd /usr/bin/fio | grep -o '/[^ )]*'); do cp -L "$lib" "$T/lib/"; done
+    cp -L /lib64/ld-linux-x86-64.so.2 "$T/lib/"
+    mke2fs -q -t ext2 -d "$T" -L tools "$NEST/tools.img" $(( $(du -sm "$T" | cut -f1) + 16 ))M ||
+        fail "making the tools image"
+    rm -rf "$T"
+fi
 DOC=$ROOT/docs/vm-hosts.md
-if [ "${NESTED_MODE:-ublk}" = vhost ]; then
+if [ "${NESTED_MODE:-ublk}" != ublk ]; then
     # the documented options for a vhost-user-blk disk, as written
     mem=$(grep -m1 -o -- '-object memory-backend-memfd,[^ ]*' "$DOC") || fail "no memory-backend-memfd in $DOC"
     numa=$(grep -m1 -o -- '-numa node,memdev=[^ ]*' "$DOC") || fail "no -numa line in $DOC"
     chardev=$(grep -m1 -o -- '-chardev socket,id=vhost0,[^ ]*' "$DOC") || fail "no vhost-user -chardev in $DOC"
     device=$(grep -m1 -o -- '-device vhost-user-blk-pci,[^ ]*' "$DOC") || fail "no vhost-user-blk-pci in $DOC"
     echo "$mem $numa $chardev $device" > "$NEST/qemu-disk-opts"
-    echo vhost > "$NEST/mode"
+    if [ "$NESTED_MODE" = bench ]; then
+        # beside it, the same LUN as virtio-blk on /dev/ublkb0 and on ib_srp's disk (docs' options)
+        blockdev=$(grep -m1 -o -- '-blockdev driver=host_device,[^ ]*' "$DOC") || fail "no host_device -blockdev in $DOC"
+        echo "$blockdev" | sed 's/node-name=[^,]*/node-name=ublk0/' > "$NEST/qemu-ublk-opts"
+        echo "$blockdev" | sed 's/node-name=[^,]*/node-name=ref0/' > "$NEST/qemu-ref-opts"
+    fi
+    echo "$NESTED_MODE" > "$NEST/mode"
 else
     # the documented options for a VM on /dev/ublkbN, as written (the first -blockdev/-device pair)
     blockdev=$(grep -m1 -o -- '-blockdev driver=host_device,[^ ]*' "$DOC") || fail "no host_device -blockdev in $DOC"
@@ -65,10 +82,23 @@ else
 fi
 echo "vm-lab: qemu options from docs/vm-hosts.md: $(cat "$NEST/qemu-disk-opts")"
 echo "vm-lab: inner VM staged in $NEST ($(du -sh "$NEST" | cut -f1))"
+script=$ROOT/tests/lab/vm/guest-nested.sh
+if [ "${NESTED_MODE:-ublk}" = bench ]; then
+    script=$ROOT/tests/lab/bench/vm-guest.sh
+    echo "ROUNDS=${BENCH_ROUNDS:-3} SECS=${BENCH_SECS:-10}" > "$NEST/bench.env"
+    rm -f "$LAB/out/vm-bench.txt"
+fi
 t0=$SECONDS
 LAB_TIMEOUT=${LAB_TIMEOUT:-1500} \
     LAB_QEMU_EXTRA="-virtfs local,path=$NEST,mount_tag=nested,security_model=none,id=nested" \
-    bash "$ROOT/tests/lab/lab.sh" run "$ROOT/tests/lab/vm/guest-nested.sh" || fail "the lab guest failed"
+    bash "$ROOT/tests/lab/lab.sh" run "$script" || fail "the lab guest failed"
+if [ "${NESTED_MODE:-ublk}" = bench ]; then
+    stamp=$(date -u +%Y%m%dT%H%M%SZ)
+    mkdir -p "$ROOT/target/bench"
+    cp "$LAB/out/vm-bench.txt" "$ROOT/target/bench/vm-$stamp.txt" || fail "the lab guest wrote no vm-bench.txt"
+    python3 "$ROOT/tests/lab/bench/vm.py" "$ROOT/target/bench/vm-$stamp.txt" "$ROOT/target/bench/vm-$stamp.json"
+    exit 0
+fi
 echo "vm-lab: the lab guest finished in $((SECONDS - t0)) s"
 cat "$LAB/out/nested-time.txt" 2>/dev/null || true
 echo "vm-lab: 1 passed, 0 failed"
