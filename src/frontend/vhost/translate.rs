@@ -70,6 +70,28 @@ fn host_segment(
     })
 }
 
+/// Guest memory of two 64 KiB regions with a gap between them, and a loan of the first region (as
+/// two descriptors) and the first half of the second: what the tests and the fuzz target translate
+/// against.
+#[cfg(any(test, feature = "test-utils"))]
+fn small_guest() -> (GuestMemoryMmap<()>, Vec<DataBuf>) {
+    let mem = GuestMemoryMmap::<()>::from_ranges(&[
+        (GuestAddress(0), 0x10000),
+        (GuestAddress(0x20000), 0x10000),
+    ])
+    .expect("two small regions");
+    let host = |g: u64| mem.get_host_address(GuestAddress(g)).expect("in memory") as u64;
+    let lent = [(0, 1), (0x8000, 2), (0x20000, 3)]
+        .map(|(g, k)| DataBuf {
+            addr: host(g),
+            len: 0x8000,
+            lkey: k,
+            rkey: 10 + k,
+        })
+        .to_vec();
+    (mem, lent)
+}
+
 /// The fuzz target `vhost_chain`: a guest's descriptor chain from `input` (up to 16 descriptors
 /// over two memory regions with a gap between them, addresses and lengths running off them)
 /// parsed into a request and translated to segments of a loan that holds the first region and
@@ -78,32 +100,7 @@ fn host_segment(
 #[cfg(feature = "test-utils")]
 pub fn fuzz_chain(input: &[u8]) {
     use vm_memory::Bytes;
-    let mem = GuestMemoryMmap::<()>::from_ranges(&[
-        (GuestAddress(0), 0x10000),
-        (GuestAddress(0x20000), 0x10000),
-    ])
-    .expect("two small regions");
-    let host = |g: u64| mem.get_host_address(GuestAddress(g)).expect("in memory") as u64;
-    let lent = [
-        DataBuf {
-            addr: host(0),
-            len: 0x8000,
-            lkey: 1,
-            rkey: 11,
-        },
-        DataBuf {
-            addr: host(0x8000),
-            len: 0x8000,
-            lkey: 2,
-            rkey: 12,
-        },
-        DataBuf {
-            addr: host(0x20000),
-            len: 0x8000,
-            lkey: 3,
-            rkey: 13,
-        },
-    ];
+    let (mem, lent) = small_guest();
     let Some((&m, rest)) = input.split_first() else {
         return;
     };
@@ -169,37 +166,6 @@ pub fn fuzz_chain(input: &[u8]) {
 mod tests {
     use super::*;
 
-    fn guest() -> (GuestMemoryMmap<()>, Vec<DataBuf>) {
-        let mem = GuestMemoryMmap::<()>::from_ranges(&[
-            (GuestAddress(0), 0x10000),
-            (GuestAddress(0x20000), 0x10000),
-        ])
-        .unwrap();
-        let host = |g: u64| mem.get_host_address(GuestAddress(g)).unwrap() as u64;
-        // the first region lent as two descriptors, the second only its first half
-        let lent = vec![
-            DataBuf {
-                addr: host(0),
-                len: 0x8000,
-                lkey: 1,
-                rkey: 11,
-            },
-            DataBuf {
-                addr: host(0x8000),
-                len: 0x8000,
-                lkey: 2,
-                rkey: 12,
-            },
-            DataBuf {
-                addr: host(0x20000),
-                len: 0x8000,
-                lkey: 3,
-                rkey: 13,
-            },
-        ];
-        (mem, lent)
-    }
-
     fn range(addr: u64, len: u32) -> Range {
         Range {
             addr: GuestAddress(addr),
@@ -209,7 +175,7 @@ mod tests {
 
     #[test]
     fn a_range_across_two_descriptors_is_two_segments() {
-        let (mem, lent) = guest();
+        let (mem, lent) = small_guest();
         let mut out = Vec::new();
         assert!(segments(&mem, &lent, &[range(0x7000, 0x2000)], 4, &mut out));
         let keys: Vec<_> = out.iter().map(|s| (s.len, s.rkey)).collect();
@@ -219,7 +185,7 @@ mod tests {
 
     #[test]
     fn memory_outside_the_loan_or_the_guest_is_never_a_segment() {
-        let (mem, lent) = guest();
+        let (mem, lent) = small_guest();
         let mut out = Vec::new();
         // in guest memory but not lent
         assert!(!segments(

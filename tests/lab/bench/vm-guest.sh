@@ -15,14 +15,9 @@ N=/mnt/nested
 ROUNDS=3; SECS=10
 . $N/bench.env
 OUT=$LAB_OUT/vm-bench.txt
-mkdir -p /run/srp-ublk
 # the vhost-user-blk server logs in with an initiator_ext of its own, beside the ublk device's (two
 # queues, as docs/vm-hosts.md's num-queues=2; the VM's one vCPU uses queue 0)
-srp-ublk serve --vhost-user-blk /run/srp-ublk/vm0.sock --target "$SRP_TARGET,initiator_ext=3" --queues 2 \
-    > /tmp/vhost.log 2>&1 &
-VPID=$!
-i=0; while ! grep -q "serving vhost-user-blk" /tmp/vhost.log && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
-grep -q "serving vhost-user-blk" /tmp/vhost.log || { cat /tmp/vhost.log; fail "serve --vhost-user-blk did not start"; }
+vhost_serve "$SRP_TARGET,initiator_ext=3" --queues 2
 DEV=$(ublk_add --queues 1) || fail "srp-ublk add"
 SD=$(lab-ref-attach) || fail "lab-ref-attach"
 echo "vm-bench: vhost-user-blk, $DEV and ib_srp's $SD on $SRP_TARGET; $ROUNDS rounds of ${SECS} s"

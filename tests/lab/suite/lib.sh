@@ -22,6 +22,16 @@ nbd_serve() {
     _i=0; while ! grep -q serving /tmp/serve.out && [ $_i -lt 300 ]; do sleep 0.1; _i=$((_i + 1)); done
     grep -q "serving NBD export '$_name'" /tmp/serve.out || fail "serve did not start: $(cat /tmp/serve.err)"
 }
+# vhost_serve TARGET [ARGS...]: srp-ublk serve --vhost-user-blk of TARGET on /run/srp-ublk/vm0.sock
+# in the background (pid in $VPID, its log in /tmp/vhost.log), once it listens
+vhost_serve() {
+    _t=$1; shift
+    mkdir -p /run/srp-ublk
+    srp-ublk serve --vhost-user-blk /run/srp-ublk/vm0.sock --target "$_t" "$@" > /tmp/vhost.log 2>&1 &
+    VPID=$!
+    _i=0; while ! grep -q "serving vhost-user-blk" /tmp/vhost.log && [ $_i -lt 600 ]; do sleep 0.1; _i=$((_i + 1)); done
+    grep -q "serving vhost-user-blk" /tmp/vhost.log || { cat /tmp/vhost.log; fail "serve --vhost-user-blk did not start"; }
+}
 # srp-ublk helpers
 # ublk_add [ARGS...]: srp-ublk add on the lab target; prints the device path
 ublk_add() { srp-ublk add --target "$SRP_TARGET" "$@"; }

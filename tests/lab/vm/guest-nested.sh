@@ -8,13 +8,8 @@ mount -t 9p -o trans=virtio,version=9p2000.L nested /mnt/nested || fail "mountin
 N=/mnt/nested
 MODE=$(cat $N/mode)
 if [ "$MODE" = vhost ]; then
-    # the disk is served as vhost-user-blk; the files are checked through a ublk device afterwards
-    mkdir -p /run/srp-ublk
-    srp-ublk serve --vhost-user-blk /run/srp-ublk/vm0.sock --target "$SRP_TARGET" --queues 2 \
-        > /tmp/vhost.log 2>&1 &
-    VPID=$!
-    i=0; while ! grep -q "serving vhost-user-blk" /tmp/vhost.log && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
-    grep -q "serving vhost-user-blk" /tmp/vhost.log || { cat /tmp/vhost.log; fail "srp-ublk serve --vhost-user-blk did not start"; }
+    # the disk is served as vhost-user-blk; the files are checked through ib_srp afterwards
+    vhost_serve "$SRP_TARGET" --queues 2
     DEV=/dev/ublkb0
     echo "lab guest: vhost-user-blk on /run/srp-ublk/vm0.sock over $SRP_TARGET"
 else
