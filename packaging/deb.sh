@@ -67,6 +67,6 @@ dpkg-deb --root-owner-group -Zxz --build "$S" "$deb" >/dev/null
 echo "deb: $deb ($(du -h "$deb" | cut -f1)), Depends: $depends"
 [ "$LINT" = 0 ] && exit 0
 # lintian: no error; each warning fixed or overridden with its reason
-lintian --fail-on error --suppress-tags-from-file /dev/null "$deb" | tee "$OUT/lintian.txt" || {
+lintian --fail-on error "$deb" | tee "$OUT/lintian.txt" || {
     echo "deb: lintian found errors (above)" >&2; exit 1; }
 echo "deb: lintian: $(grep -c '^E:' "$OUT/lintian.txt" || true) errors, $(grep -c '^W:' "$OUT/lintian.txt" || true) warnings"

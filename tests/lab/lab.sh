@@ -355,17 +355,15 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
         ln -s ../lab-job.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/lab-job.service"
         if [ "$LAB_SETUP" = early ]; then
             dpkg-deb -x "$deb" "$STAGE"
-        else
-            install -m 644 "$deb" "$STAGE/usr/lib/srp-lab/srp-ublk.deb"
-            install -m 644 "$HERE/guest/lab-install.service" "$STAGE/usr/lib/systemd/system/"
-            ln -s ../lab-install.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/"
-        fi
-        if [ "$LAB_SETUP" = early ]; then
             # the port and the target at boot, and one target enabled as an administrator would
             mkdir -p "$STAGE/usr/lib/systemd/system/sysinit.target.wants"
             install -m 644 "$HERE/guest/lab-fabric.service" "$STAGE/usr/lib/systemd/system/"
             ln -s ../lab-fabric.service "$STAGE/usr/lib/systemd/system/sysinit.target.wants/"
             ln -s ../srp-ublk@.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/srp-ublk@boot.service"
+        else
+            install -m 644 "$deb" "$STAGE/usr/lib/srp-lab/srp-ublk.deb"
+            install -m 644 "$HERE/guest/lab-install.service" "$STAGE/usr/lib/systemd/system/"
+            ln -s ../lab-install.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/"
         fi
     else
         install -m 755 "$HERE/guest/init.sh" "$STAGE/init"
