@@ -44,7 +44,7 @@ build: deps release
     cargo build --release --locked --features lab-target --example hostile_target
 
 # formatting, clippy, unit tests, fuzz smoke, the lab selftest and the lab's end-to-end suite
-test: deps fmt-check clippy unit deb fuzz-smoke lab-selftest vm-test vm-test-lab vm-test-vhost lab-test
+test: deps fmt-check clippy unit deb rpm fuzz-smoke lab-selftest vm-test vm-test-lab vm-test-vhost lab-test
 
 # cargo fmt --check
 fmt-check:
@@ -151,3 +151,7 @@ install: release
 # the Debian package, target/deb/srp-ublk_VERSION_ARCH.deb, checked by lintian (packaging/deb.sh)
 deb: release
     bash packaging/deb.sh
+
+# the RPM for RHEL-family hosts, target/rpm/srp-ublk-VERSION-1.ARCH.rpm, checked by rpmlint (packaging/rpm.sh)
+rpm: release
+    bash packaging/rpm.sh

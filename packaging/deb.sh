@@ -59,7 +59,10 @@ Description: userspace SRP initiator presenting remote LUNs as ublk block device
  strings and srp_daemon's rules, keeps ib_srp's reconnect timers, and attaches
  the targets configured in /etc/srp-ublk/targets.d through its systemd units.
 CONTROL
-for f in postinst prerm postrm; do install -m 755 "$ROOT/packaging/debian.$f" "$S/DEBIAN/$f"; done
+for f in postinst prerm postrm; do   # the maintainer scripts, from the one file RPM's scriptlets use too
+    printf '#!/bin/sh\nSCRIPT=deb-%s\n' "$f" | cat - "$ROOT/packaging/maint.sh" > "$S/DEBIAN/$f"
+    chmod 755 "$S/DEBIAN/$f"
+done
 (cd "$S" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z |
     xargs -0 md5sum > DEBIAN/md5sums)
 deb=$OUT/srp-ublk_${VERSION}_$ARCH.deb

@@ -290,7 +290,7 @@ image() {
 # administrator does, through its systemd units and udev rules. Cached by a key over the package list,
 # the kernel and this code; a rebuild takes about a minute.
 SYSROOT_PKGS="apt systemd systemd-sysv udev dbus kmod iproute2 rdma-core ibverbs-providers ibverbs-utils
-    rdmacm-utils fio multipath-tools e2fsprogs procps psmisc elfutils sysvinit-utils"
+    rdmacm-utils fio multipath-tools e2fsprogs procps psmisc elfutils sysvinit-utils rpm"
 # units that only slow the guest down or wait for a terminal nobody opens
 SYSROOT_MASK="getty@tty1.service serial-getty@ttyS0.service e2scrub_all.timer e2scrub_reap.service
     dpkg-db-backup.timer fstrim.timer systemd-pstore.service systemd-timesyncd.service"
@@ -362,6 +362,10 @@ overlay() {   # the project's own files: the job runner, helpers, the suite, srp
             ln -s ../srp-ublk@.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/srp-ublk@boot.service"
         else
             install -m 644 "$deb" "$STAGE/usr/lib/srp-lab/srp-ublk.deb"
+            # and as its RPM (packaging/rpm.sh), which test 71 installs and erases with rpm
+            RPM_OUT=$LAB/rpm RPM_LINT=0 SRP_UBLK_BIN=$SRP_UBLK_BIN bash "$ROOT_DIR/packaging/rpm.sh" >/dev/null ||
+                die "packaging $SRP_UBLK_BIN as an RPM failed (bash packaging/rpm.sh)"
+            install -m 644 "$LAB"/rpm/srp-ublk-*.rpm "$STAGE/usr/lib/srp-lab/srp-ublk.rpm"
             install -m 644 "$HERE/guest/lab-install.service" "$STAGE/usr/lib/systemd/system/"
             ln -s ../lab-install.service "$STAGE/usr/lib/systemd/system/multi-user.target.wants/"
         fi
