@@ -61,9 +61,10 @@ pub struct AddArgs {
     /// The SRP transport-class timers.
     #[command(flatten)]
     pub timer_args: super::TimerArgs,
-    /// ublk device id to use (default: the driver picks one).
-    #[arg(long, short = 'n', default_value_t = -1)]
-    pub id: i32,
+    /// The device to create: N or /dev/ublkbN (default: the driver picks the lowest free number).
+    #[arg(short = 'n', long = "number", alias = "id", value_name = "DEVICE",
+          value_parser = super::device::parse)]
+    pub id: Option<u32>,
     /// Stay in the foreground, logging to stderr (for systemd and debugging).
     #[arg(long)]
     pub foreground: bool,
@@ -150,7 +151,7 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     check_ublk()?;
-    if a.recover && a.id < 0 {
+    if a.recover && a.id.is_none() {
         bail!("--recover needs the device id: -n N");
     }
     if let Some(t) = &target {
@@ -196,7 +197,7 @@ fn all_luns(t: &TargetSpec, timeout: u64) -> anyhow::Result<Vec<u64>> {
 /// `add` for several LUNs: one daemon and device per LUN, one after the other (each logs in to the
 /// nexus the earlier ones hold with MULTI); stops at the first failure, keeping what came up.
 fn add_each(a: &AddArgs, luns: &[u64]) -> anyhow::Result<()> {
-    if a.foreground || a.recover || a.id >= 0 {
+    if a.foreground || a.recover || a.id.is_some() {
         bail!("several LUNs make several devices, each with its own daemon: drop --foreground, --recover and -n");
     }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
@@ -296,6 +297,23 @@ fn new_log(logs: &std::path::Path) -> anyhow::Result<(std::path::PathBuf, std::f
         })
 }
 
+/// What a device that just came up holds, and what every srp-ublk device on the host holds (from
+/// the state files: the daemon writes its own before it says READY).
+fn live_summary(id: u32) -> String {
+    let all = DeviceState::all();
+    let this = match all.iter().find(|d| d.dev_id == id) {
+        Some(d) => format!(
+            "/dev/ublkb{id}: LUN {}, {} queue(s) x depth {}, {:.1} MiB pinned",
+            d.lun,
+            d.queues.len(),
+            d.depth,
+            d.memory.as_ref().map_or(0, |m| m.pinned_bytes) as f64 / (1u64 << 20) as f64
+        ),
+        None => format!("/dev/ublkb{id}"),
+    };
+    format!("{this}; on this host: {}", super::list::host_total(&all))
+}
+
 /// Waits for the daemon's READY (the device is up: its name, or the READY line with `json`) or
 /// ERROR line; a daemon that exits or stays silent past `limit` fails with its log's path.
 fn await_ready(
@@ -315,6 +333,7 @@ fn await_ready(
                         println!("{ready}");
                     } else {
                         println!("{}", info.bdev);
+                        eprintln!("srp-ublk: {}", live_summary(info.dev_id));
                     }
                     return Ok(());
                 }
@@ -379,7 +398,8 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     let uopts = UblkOptions {
         poll: a.poll,
         cpus: a.cpus.clone(),
-        dev_id: a.id,
+        // ublk_drv's "any free number" is -1; device::parse keeps numbers below 2^20
+        dev_id: a.id.map_or(-1, |n| n as i32),
         timers: a.timers()?,
         recover: a.recover,
         on_removed: target.map(|_| OnRemoved(Arc::new(hand_over))),
@@ -578,7 +598,7 @@ fn re_exec(dev_id: u32) {
 /// The device a previous image of this daemon handed over (see [`hand_over`]), from its state
 /// file: the same LUN, queues, depth and block mapping, its channels down since `since_ms`.
 fn handover_source(a: &AddArgs, since_ms: u64) -> anyhow::Result<(UblkSource, DeviceState)> {
-    let id = u32::try_from(a.id).context("--handover-since needs the device id: -n N")?;
+    let id = a.id.context("--handover-since needs the device id: -n N")?;
     let path = DeviceState::path(id);
     let state = DeviceState::read(&path)
         .with_context(|| format!("taking /dev/ublkb{id} over: reading {}", path.display()))?;
@@ -684,7 +704,7 @@ fn session_state(target: &TargetSpec, session: &Session) -> DeviceState {
 /// A recovery serves the LUN the device served before: its I/O must not move to another disk
 /// because the target's LUN mapping changed.
 fn same_lun_as_before(a: &AddArgs, target: &TargetSpec, state: &DeviceState) -> anyhow::Result<()> {
-    let id = u32::try_from(a.id).context("--recover needs the device id: -n N")?;
+    let id = a.id.context("--recover needs the device id: -n N")?;
     if let Ok(old) = DeviceState::read(&DeviceState::path(id)) {
         old.same_lun(state).with_context(|| {
             format!(

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 /// `srp-ublk del ...`
 #[derive(Debug, Args)]
 pub struct DelArgs {
-    /// The ublk device id (N of /dev/ublkbN).
-    #[arg(short = 'n', long = "number", required_unless_present = "all")]
+    /// The device: N, /dev/ublkbN or a path that leads to it (/dev/disk/by-id/...).
+    #[arg(short = 'n', long = "number", value_name = "DEVICE", value_parser = super::device::parse,
+          required_unless_present = "all")]
     pub id: Option<u32>,
     /// Every srp-ublk device.
     #[arg(long, short = 'a', conflicts_with = "id")]

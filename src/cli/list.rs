@@ -36,10 +36,29 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
         println!("no srp-ublk devices");
         return Ok(());
     }
-    for d in devs {
-        print_device(&d);
+    for d in &devs {
+        print_device(d);
     }
+    println!("{}", host_total(&devs));
     Ok(())
+}
+
+/// The line that sums what the host's srp-ublk devices hold: devices, channels (one per queue)
+/// and the memory their daemons pinned (each daemon counted once).
+pub fn host_total(devs: &[DeviceState]) -> String {
+    let channels: usize = devs.iter().map(|d| d.queues.len()).sum();
+    let mut daemons: Vec<(u32, u64)> = devs
+        .iter()
+        .filter_map(|d| d.memory.as_ref().map(|m| (d.pid, m.pinned_bytes)))
+        .collect();
+    daemons.sort_unstable();
+    daemons.dedup_by_key(|(pid, _)| *pid);
+    let pinned: u64 = daemons.iter().map(|(_, b)| b).sum();
+    format!(
+        "total {} device(s), {channels} channel(s), {:.1} MiB pinned",
+        devs.len(),
+        pinned as f64 / (1u64 << 20) as f64
+    )
 }
 
 /// `list --json`: each device's state file, with whether its daemon runs and each queue thread's

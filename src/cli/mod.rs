@@ -3,6 +3,7 @@
 pub mod add;
 mod daemon;
 pub mod del;
+pub mod device;
 pub mod discover;
 pub mod features;
 pub mod list;
@@ -31,8 +32,9 @@ pub struct SessionArgs {
     /// ("0,2") or "all" (every LUN the target reports): one device per LUN.
     #[arg(long, value_parser = parse_lun_sel, value_name = "N|N,M,...|all")]
     pub lun: Option<LunSel>,
-    /// SRP channels: ublk queues for `add`, concurrent connections for `serve`
-    /// (default: online CPUs, capped by the target string's ch_count).
+    /// SRP channels: ublk queues for `add`; for `serve`, NBD connections served at once or
+    /// vhost-user-blk virtqueues (default: the online CPUs, at most 4, capped by the target
+    /// string's ch_count).
     #[arg(long, short = 'q')]
     pub queues: Option<u16>,
     /// Commands in flight per channel (capped by the credits the target grants, minus one).
@@ -219,7 +221,8 @@ pub enum Command {
     /// What each device and queue is doing: IOPS, MB/s, latency percentiles, errors, reconnects;
     /// or every counter in the Prometheus text format (--prometheus FILE).
     Stats(stats::StatsArgs),
-    /// Serve a target's LUN (or a demo backend) as an NBD export, in the foreground.
+    /// Serve a target's LUN (or a demo backend) as an NBD export, or as a vhost-user-blk disk for a
+    /// VMM, in the foreground.
     Serve(serve::ServeArgs),
     /// Show what this host offers: ublk driver, RDMA devices, ports and GIDs, modules.
     Features,

@@ -11,8 +11,9 @@ use std::ffi::OsString;
 /// `srp-ublk recover ...`
 #[derive(Debug, Args)]
 pub struct RecoverArgs {
-    /// The ublk device id (N of /dev/ublkbN).
-    #[arg(short = 'n', long = "number", required_unless_present = "all")]
+    /// The device: N, /dev/ublkbN or a path that leads to it (/dev/disk/by-id/...).
+    #[arg(short = 'n', long = "number", value_name = "DEVICE", value_parser = super::device::parse,
+          required_unless_present = "all")]
     pub id: Option<u32>,
     /// Every srp-ublk device whose daemon is gone.
     #[arg(long, short = 'a', conflicts_with = "id")]
@@ -136,7 +137,7 @@ mod tests {
             panic!("not an add")
         };
         assert!(a.recover);
-        assert_eq!(a.id, 3);
+        assert_eq!(a.id, Some(3));
         assert_eq!(a.session.lun, Some(crate::cli::LunSel::List(vec![2])));
         assert_eq!(a.session.queues, Some(2));
         assert_eq!(a.session.depth, 32);

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 /// `srp-ublk resize ...`
 #[derive(Debug, Args)]
 pub struct ResizeArgs {
-    /// The ublk device id (N of /dev/ublkbN).
-    #[arg(short = 'n', long = "number")]
+    /// The device: N, /dev/ublkbN or a path that leads to it (/dev/disk/by-id/...).
+    #[arg(short = 'n', long = "number", value_name = "DEVICE", value_parser = super::device::parse)]
     pub id: u32,
     /// Seconds to wait for the daemon's answer.
     #[arg(long, default_value_t = 30)]

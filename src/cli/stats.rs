@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 /// `srp-ublk stats ...`
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// One device (N of /dev/ublkbN); default: every srp-ublk device.
-    #[arg(short = 'n', long = "number")]
+    /// One device: N, /dev/ublkbN or a path that leads to it (/dev/disk/by-id/...); default:
+    /// every srp-ublk device.
+    #[arg(short = 'n', long = "number", value_name = "DEVICE", value_parser = super::device::parse)]
     pub id: Option<u32>,
     /// Seconds over which rates are measured, at least: between two of the daemons' counter
     /// updates (every 2 s) that far apart.

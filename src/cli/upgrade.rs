@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 /// `srp-ublk upgrade ...`
 #[derive(Debug, Args)]
 pub struct UpgradeArgs {
-    /// The ublk device id (N of /dev/ublkbN).
-    #[arg(short = 'n', long = "number", required_unless_present = "all")]
+    /// The device: N, /dev/ublkbN or a path that leads to it (/dev/disk/by-id/...).
+    #[arg(short = 'n', long = "number", value_name = "DEVICE", value_parser = super::device::parse,
+          required_unless_present = "all")]
     pub id: Option<u32>,
     /// Every srp-ublk device with a running daemon.
     #[arg(long, short = 'a', conflicts_with = "id")]

@@ -77,7 +77,8 @@ pub enum SessionError {
 /// What the caller asks for.
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
-    /// Channels (= queues); None: online CPUs capped by the target string's ch_count.
+    /// Channels (= queues); None: the online CPUs, at most [`DEFAULT_CHANNELS`], capped by the
+    /// target string's ch_count.
     pub channels: Option<u16>,
     /// Queue depth wanted per channel (capped by the credits the target grants).
     pub depth: u16,
@@ -378,8 +379,17 @@ fn channel_config(ep: &Endpoint, depth: u16, lun: u64, req_it_iu_len: u32) -> Ch
     }
 }
 
-/// The depth and channel count to ask for: `opts`' (the online CPUs when it names no count), capped
-/// by the target string's queue_size and ch_count as ib_srp caps them.
+/// Channels a session asks for when the command line names no count: at most this many, and no
+/// more than the online CPUs. ib_srp's default is max(4 x NUMA nodes, the HCA's completion
+/// vectors), at most the online CPUs, per target port and shared by its LUNs; srp-ublk's channels
+/// (and their registered pools) are per LUN device, so a host with many LUNs and CPUs would
+/// otherwise hold LUNs x CPUs channels. Four is ib_srp's floor on a one-node host; `--queues` (or
+/// `queues=` in a target file) raises it for a LUN whose queues `srp-ublk stats` shows busy.
+pub const DEFAULT_CHANNELS: u16 = 4;
+
+/// The depth and channel count to ask for: `opts`' (the online CPUs, at most
+/// [`DEFAULT_CHANNELS`], when it names no count), capped by the target string's queue_size and
+/// ch_count as ib_srp caps them.
 fn wanted(target: &TargetSpec, opts: &SessionOptions) -> (u16, u16) {
     let depth = opts.depth.clamp(1, 4096).min(
         target
@@ -392,7 +402,8 @@ fn wanted(target: &TargetSpec, opts: &SessionOptions) -> (u16, u16) {
         .opts
         .ch_count
         .map_or(u16::MAX, |c| c.min(u32::from(u16::MAX)) as u16);
-    (depth, opts.channels.unwrap_or(cpus).min(ch_count).max(1))
+    let channels = opts.channels.unwrap_or(cpus.min(DEFAULT_CHANNELS));
+    (depth, channels.min(ch_count).max(1))
 }
 
 impl Session {
@@ -744,5 +755,34 @@ mod tests {
             let io = default_max_io(depth);
             assert!(u64::from(io) * u64::from(depth) <= u64::from(BUF_BUDGET_PER_QUEUE));
         }
+    }
+
+    #[test]
+    fn the_default_channel_count_stays_bounded_and_ch_count_caps_any() {
+        let opts = |channels| SessionOptions {
+            channels,
+            depth: 64,
+            lun: 0,
+            timeout: Duration::from_secs(1),
+            share_nexus: false,
+            max_segments: 1,
+        };
+        let plain = TargetSpec::parse("id_ext=1,ioc_guid=1,dest=192.0.2.1:5555").unwrap();
+        let capped =
+            TargetSpec::parse("id_ext=1,ioc_guid=1,dest=192.0.2.1:5555,ch_count=2,queue_size=32")
+                .unwrap();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u16;
+        assert_eq!(wanted(&plain, &opts(None)).1, cpus.min(DEFAULT_CHANNELS));
+        assert_eq!(
+            wanted(&plain, &opts(Some(16))),
+            (64, 16),
+            "--queues is taken as given"
+        );
+        assert_eq!(
+            wanted(&capped, &opts(Some(16))),
+            (32, 2),
+            "ch_count and queue_size cap"
+        );
+        assert_eq!(wanted(&plain, &opts(Some(0))).1, 1);
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 pub enum Listen {
     /// A unix socket (the default; created 0600).
     Unix(PathBuf),
-    /// TCP (unauthenticated: explicit only).
+    /// TCP (with TLS, or without it only when --no-tls says so).
     Tcp(SocketAddr),
 }
 

@@ -3,7 +3,7 @@
 #  - a target file in targets.d and `systemctl start srp-ublk@lab`: three devices; the unit is never
 #    active while fewer than three devices are live (sampled every 0.1 s while it starts)
 #  - udev (60-srp-ublk.rules) gives each device by-id links with the sd disk's serial and WWN, and a
-#    by-path link naming the target and LUN
+#    by-path link naming the target and LUN; commands take the by-id link as the device
 #  - `kill -9` of LUN 0's daemon under a verifying fio: the supervisor exits, systemd restarts the
 #    unit, `up` recovers the device, fio goes on with 0 errors; the other devices are left alone
 #  - `systemctl stop` detaches every device and leaves the unit inactive, not failed
@@ -69,6 +69,9 @@ for l in 0 1 2; do
     expect_eq "by-path of LUN $l" \
         "$(readlink -f "/dev/disk/by-path/srp-$SRP_SERVICE_GUID-10.77.0.1:5555-lun-$l")" "$d"
 done
+# a command's device may be named by its by-id link, as fstab and VM definitions name it
+w=/dev/disk/by-id/wwn-$(cat /tmp/ref/wwn1)
+expect_contains "resize -n $w" "$(srp-ublk resize -n "$w" 2>&1)" "$(dev_of 1): capacity unchanged"
 
 d0=$(dev_of 0); d1=$(dev_of 1); d2=$(dev_of 2)
 p1=$(pid_of "$d1"); p2=$(pid_of "$d2")
