@@ -16,23 +16,17 @@ pub enum DeviceNameError {
     /// A path that does not exist.
     #[error("{0}: no such device (give N, /dev/ublkbN or a /dev/disk/by-id path; `srp-ublk list` shows the devices)")]
     Missing(PathBuf),
-    /// A path that resolves to something other than a ublk block device.
-    #[error("{} not an srp-ublk device (/dev/ublkbN)", leads_to(given, resolved))]
-    NotUblk {
+    /// A path that is something other than a ublk block device.
+    #[error("{0} is not an srp-ublk device (/dev/ublkbN)")]
+    NotUblk(PathBuf),
+    /// A path that leads (through links) to something other than a ublk block device.
+    #[error("{given} leads to {resolved}, which is not an srp-ublk device (/dev/ublkbN)")]
+    LeadsElsewhere {
         /// The path as given.
         given: PathBuf,
         /// Where it leads.
         resolved: PathBuf,
     },
-}
-
-/// "PATH is" or, for a path that leads elsewhere, "PATH leads to WHERE,".
-fn leads_to(given: &Path, resolved: &Path) -> String {
-    if given == resolved {
-        format!("{} is", given.display())
-    } else {
-        format!("{} leads to {},", given.display(), resolved.display())
-    }
 }
 
 /// The device number of `N`, `ublkbN` or `/dev/ublkbN`, when `s` is one of those.
@@ -63,7 +57,8 @@ pub fn parse(s: &str) -> Result<u32, DeviceNameError> {
         .map_err(|_| DeviceNameError::Missing(given.to_path_buf()))?;
     match resolved.to_str().and_then(number_of) {
         Some(n) if resolved.starts_with("/dev") => n,
-        _ => Err(DeviceNameError::NotUblk {
+        _ if resolved == given => Err(DeviceNameError::NotUblk(resolved)),
+        _ => Err(DeviceNameError::LeadsElsewhere {
             given: given.to_path_buf(),
             resolved,
         }),
@@ -98,7 +93,7 @@ mod tests {
         let e = parse("/proc/self/..").unwrap_err().to_string();
         assert_eq!(
             e,
-            "/proc/self/.. leads to /proc, not an srp-ublk device (/dev/ublkbN)"
+            "/proc/self/.. leads to /proc, which is not an srp-ublk device (/dev/ublkbN)"
         );
         let e = parse("/dev/null").unwrap_err().to_string();
         assert_eq!(e, "/dev/null is not an srp-ublk device (/dev/ublkbN)");
@@ -115,7 +110,7 @@ mod tests {
         std::os::unix::fs::symlink("/dev/null", &link).unwrap();
         let e = parse(link.to_str().unwrap()).unwrap_err().to_string();
         assert!(
-            e.ends_with("leads to /dev/null, not an srp-ublk device (/dev/ublkbN)"),
+            e.ends_with("leads to /dev/null, which is not an srp-ublk device (/dev/ublkbN)"),
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -72,6 +72,30 @@ pub struct ServeArgs {
     /// Seconds a client has to finish the handshake once connected.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub handshake_timeout: u64,
+    /// Let this group (a name or number) connect to the unix socket too: the socket is then
+    /// 0660 and the group's from the start (libvirt's QEMU: libvirt-qemu on Debian, qemu on
+    /// RHEL). Default: root only (0600).
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
+}
+
+impl ServeArgs {
+    /// `--socket-group` as a group id: a name this host knows, or a number.
+    pub fn socket_group(&self) -> anyhow::Result<Option<u32>> {
+        let Some(g) = &self.socket_group else {
+            return Ok(None);
+        };
+        if let Ok(gid) = g.parse::<u32>() {
+            return Ok(Some(gid));
+        }
+        match nix::unistd::Group::from_name(g) {
+            Ok(Some(group)) => Ok(Some(group.gid.as_raw())),
+            Ok(None) => {
+                bail!("--socket-group {g}: no such group on this host (see `getent group`)")
+            }
+            Err(e) => Err(anyhow::Error::new(e).context(format!("looking up group {g}"))),
+        }
+    }
 }
 
 /// Checks an export name that names the default socket (`/run/srp-ublk/NAME.sock`): it must stay
@@ -233,8 +257,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             srp_ublk::session::state::run_dir().join(format!("{}.sock", socket_name(&a.name)?)),
         ),
     };
-    // flags first: a TLS mistake is reported before the login, not after it
+    // flags first: a TLS or socket mistake is reported before the login, not after it
     let tls = tls_config(&listen, &a)?;
+    if let (Listen::Tcp(_), Some(_)) = (&listen, &a.socket_group) {
+        bail!("--socket-group is for a unix socket; a TCP export is guarded by TLS (--tls-ca)");
+    }
+    let socket_group = a.socket_group()?;
     let export = match (&a.target, &a.backend) {
         (Some(t), None) => srp_export(&a, t)?,
         (None, Some(b)) => demo_export(&a, b)?,
@@ -249,6 +277,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let limits = Limits {
         max_connections: a.max_connections as usize,
         handshake_timeout: std::time::Duration::from_secs(a.handshake_timeout),
+        socket_group,
     };
     nbd::serve(&listen, Arc::new(export), limits, tls, || {
         println!("serving NBD export '{name}' on {where_}");

@@ -29,6 +29,7 @@ pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
         .context("--vhost-user-blk serves an SRP LUN: give --target")?;
     let target = a.session.apply(TargetSpec::parse(t)?);
     let timers = a.timer_args.timers()?;
+    let group = a.socket_group()?;
     let mut opts = a.session.options(Some(&target))?;
     opts.max_segments = SEGMENTS;
     let s = Session::open(&target, &opts)?;
@@ -93,7 +94,7 @@ pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
     );
     super::daemon::protect_from_reclaim();
     let backend = Arc::new(Backend::new(dev, paths)?);
-    vhost::serve(socket, backend, || {
+    vhost::serve(socket, group, backend, || {
         println!("serving vhost-user-blk on {}", socket.display());
         let _ = std::io::stdout().flush();
     })

@@ -24,7 +24,7 @@ mod tls;
 use crate::wire::nbd::{self, cmd, cmdflag, err, tflag, Request};
 use exec::Exec;
 use handshake::{bad, handshake, Negotiated};
-pub use listen::{bind_unix, Limits, Listen, ListenError, SocketError};
+pub use listen::{Limits, Listen, ListenError};
 use listen::{Stream, Timed};
 pub use pool::Pool;
 pub use split::MAX_REQUEST;

@@ -96,6 +96,9 @@ pub enum VhostError {
         #[source]
         source: std::io::Error,
     },
+    /// The socket could not be made.
+    #[error(transparent)]
+    Socket(#[from] crate::frontend::socket::SocketError),
     /// The vhost-user daemon failed.
     #[error("vhost-user on {path}: {detail}")]
     Daemon {
@@ -280,10 +283,12 @@ where
     }
 }
 
-/// Serves the backend on the vhost-user socket `path`, one VMM connection after another, until
-/// the process ends; `ready` runs once the socket listens.
+/// Serves the backend on the vhost-user socket `path` (made as an NBD export's is: private, or
+/// open to `group`; a stale socket replaced, nothing else), one VMM connection after another,
+/// until the process ends; `ready` runs once the socket listens.
 pub fn serve<C: Connect + Send + 'static>(
     path: &std::path::Path,
+    group: Option<u32>,
     backend: Arc<Backend<C>>,
     ready: impl FnOnce(),
 ) -> Result<(), VhostError>
@@ -294,7 +299,7 @@ where
         path: path.display().to_string(),
         detail,
     };
-    let mut listener = Listener::new(path, true).map_err(|e| err(e.to_string()))?;
+    let mut listener = Listener::from(crate::frontend::socket::bind_unix(path, group)?);
     ready();
     let queues = backend.workers.len();
     loop {

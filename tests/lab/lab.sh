@@ -290,7 +290,7 @@ image() {
 # administrator does, through its systemd units and udev rules. Cached by a key over the package list,
 # the kernel and this code; a rebuild takes about a minute.
 SYSROOT_PKGS="apt systemd systemd-sysv udev dbus kmod iproute2 rdma-core ibverbs-providers ibverbs-utils
-    rdmacm-utils fio multipath-tools e2fsprogs procps psmisc elfutils sysvinit-utils rpm"
+    rdmacm-utils fio multipath-tools e2fsprogs procps psmisc elfutils sysvinit-utils rpm libnbd-bin"
 # units that only slow the guest down or wait for a terminal nobody opens
 SYSROOT_MASK="getty@tty1.service serial-getty@ttyS0.service e2scrub_all.timer e2scrub_reap.service
     dpkg-db-backup.timer fstrim.timer systemd-pstore.service systemd-timesyncd.service"

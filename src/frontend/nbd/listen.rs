@@ -4,13 +4,13 @@
 //! thread that cannot be created costs that connection only.
 
 use super::tls::TlsConn;
+use crate::frontend::socket::bind_unix;
 use crate::ratelimit::RateLimit;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,13 +57,16 @@ impl Listen {
     }
 }
 
-/// What one client may hold of the server.
+/// Who may connect and what one client may hold of the server.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Connections served at once; more are closed at once (qemu-nbd's default is 100).
+    /// Connections served at once; more are closed at once (QEMU's nbd-server-start's default is
+    /// 100).
     pub max_connections: usize,
     /// Time a client has from connecting to the end of the handshake (qemu-nbd: 10 s).
     pub handshake_timeout: Duration,
+    /// A unix socket's group, which may connect besides its owner (None: the owner only).
+    pub socket_group: Option<u32>,
 }
 
 impl Default for Limits {
@@ -71,61 +74,9 @@ impl Default for Limits {
         Limits {
             max_connections: 100,
             handshake_timeout: Duration::from_secs(10),
+            socket_group: None,
         }
     }
-}
-
-/// Why a unix socket could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum SocketError {
-    /// Something that is not a socket is at the path: never removed.
-    #[error("{0} exists and is not a socket: remove it or choose another path")]
-    NotASocket(PathBuf),
-    /// A server is listening there already.
-    #[error("{0} is in use by a running server: stop it or choose another path")]
-    InUse(PathBuf),
-    /// The system refused.
-    #[error("{what} {path}: {source}")]
-    Io {
-        /// The step.
-        what: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
-}
-
-/// Binds a unix socket at `path`, 0600 from the start (no window in which another user can connect):
-/// a stale socket left by a dead server is replaced, anything else at the path is left alone.
-pub fn bind_unix(path: &Path) -> Result<UnixListener, SocketError> {
-    let io = |what, source| SocketError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| io("creating the directory of", e))?;
-    }
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if !m.file_type().is_socket() => {
-            return Err(SocketError::NotASocket(path.to_path_buf()))
-        }
-        Ok(_) => {
-            if UnixStream::connect(path).is_ok() {
-                return Err(SocketError::InUse(path.to_path_buf()));
-            }
-            std::fs::remove_file(path).map_err(|e| io("removing the stale socket", e))?;
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io("looking at", e)),
-    }
-    use nix::sys::stat::{umask, Mode};
-    let old = umask(Mode::from_bits_truncate(0o177));
-    let l = UnixListener::bind(path);
-    umask(old);
-    l.map_err(|e| io("binding", e))
 }
 
 /// A client's connection.
@@ -383,7 +334,7 @@ pub(super) fn serve(
 ) -> io::Result<()> {
     match listen {
         Listen::Unix(path) => {
-            let l = bind_unix(path).map_err(io::Error::other)?;
+            let l = bind_unix(path, limits.socket_group).map_err(io::Error::other)?;
             ready();
             accept_loop(|| l.accept().map(|(s, _)| Stream::Unix(s)), limits, conn)
         }
@@ -420,26 +371,5 @@ mod tests {
         assert!(Listen::parse("tcp:localhost").is_err());
         assert!(Listen::parse("unix:").is_err());
         assert!(Listen::parse("/tmp/x").is_err());
-    }
-
-    #[test]
-    fn a_socket_is_private_from_the_start_and_nothing_else_is_replaced() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("srp-ublk-listen-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("s.sock");
-        let l = bind_unix(&p).unwrap();
-        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        assert!(matches!(bind_unix(&p), Err(SocketError::InUse(_))));
-        drop(l); // a stale socket: replaced
-        drop(bind_unix(&p).unwrap());
-        let f = dir.join("file");
-        std::fs::write(&f, b"keep").unwrap();
-        let e = bind_unix(&f).unwrap_err();
-        assert!(matches!(e, SocketError::NotASocket(_)), "{e}");
-        assert!(e.to_string().contains("is not a socket"));
-        assert_eq!(std::fs::read(&f).unwrap(), b"keep");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
