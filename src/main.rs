@@ -18,9 +18,18 @@ fn main() -> ExitCode {
     let file = std::env::var_os(cli::add::LOG_ENV)
         .filter(|_| std::env::var_os(cli::add::DAEMON_ENV).is_some())
         .and_then(|p| cli::logfile::CappedLog::open(p.into(), cli::logfile::MAX_LOG_BYTES).ok());
+    // each line names the device its daemon serves; to the journal, with its syslog priority
+    use cli::logging::Tagged;
     match file {
-        Some(log) => fmt.with_writer(move || log.clone()).init(),
-        None => fmt.with_writer(std::io::stderr).init(),
+        Some(log) => fmt
+            .with_writer(Tagged::new(move || log.clone(), false))
+            .init(),
+        // the journal stamps each line itself
+        None if cli::logging::stderr_is_journal() => fmt
+            .without_time()
+            .with_writer(Tagged::new(std::io::stderr, true))
+            .init(),
+        None => fmt.with_writer(Tagged::new(std::io::stderr, false)).init(),
     }
     match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant, SystemTime};
 /// Set in the daemon's environment by `add`: print READY/ERROR lines on stdout for the parent.
 pub(crate) const DAEMON_ENV: &str = "SRP_UBLK_DAEMON";
 pub(crate) const LOG_ENV: &str = "SRP_UBLK_LOG_FILE";
+/// A state file's `log` when the daemon logs to the journal.
+pub(crate) const JOURNAL_LOG: &str = "journal";
 
 /// `srp-ublk add ...`
 #[derive(Debug, Args, Clone)]
@@ -246,18 +248,29 @@ pub fn spawn_daemon(
     login_timeout: u64,
     json: bool,
 ) -> anyhow::Result<()> {
-    let logs = run_dir().join("logs");
-    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let (log, log_file) = new_log(&logs)?;
-    let mut child = Command::new(std::env::current_exe().context("cannot find my own executable")?)
-        .args(argv)
+    let mut cmd = Command::new(std::env::current_exe().context("cannot find my own executable")?);
+    cmd.args(argv)
         .env(DAEMON_ENV, "1")
-        .env(LOG_ENV, &log)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log_file))
-        .spawn()
-        .context("cannot start the srp-ublk daemon")?;
+        .stdout(Stdio::piped());
+    // under systemd the daemon logs to the journal as the unit does (it inherits the unit's
+    // stderr); elsewhere to a file of its own
+    let file = if super::logging::stderr_is_journal() {
+        None
+    } else {
+        let logs = run_dir().join("logs");
+        std::fs::create_dir_all(&logs)
+            .with_context(|| format!("cannot create {}", logs.display()))?;
+        let (log, log_file) = new_log(&logs)?;
+        cmd.env(LOG_ENV, &log).stderr(Stdio::from(log_file));
+        Some(log)
+    };
+    let mut child = cmd.spawn().context("cannot start the srp-ublk daemon")?;
+    let log = match (file, srp_ublk::session::state::own_unit()) {
+        (Some(path), _) => path.display().to_string(),
+        (None, Some(unit)) => format!("the journal (journalctl -u {unit})"),
+        (None, None) => "the journal".to_string(),
+    };
     let out = child.stdout.take().context("no pipe to the daemon")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -320,7 +333,7 @@ fn await_ready(
     child: &mut std::process::Child,
     rx: &std::sync::mpsc::Receiver<String>,
     limit: Duration,
-    log: &std::path::Path,
+    log: &str,
     json: bool,
 ) -> anyhow::Result<()> {
     loop {
@@ -344,17 +357,11 @@ fn await_ready(
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 let status = child.wait().ok();
-                bail!(
-                    "the daemon exited during setup ({status:?}); see {}",
-                    log.display()
-                );
+                bail!("the daemon exited during setup ({status:?}); see {log}");
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 let _ = child.kill();
-                bail!(
-                    "the daemon did not bring the device up within {limit:?}; see {}",
-                    log.display()
-                );
+                bail!("the daemon did not bring the device up within {limit:?}; see {log}");
             }
         }
     }
@@ -375,6 +382,9 @@ fn daemon(a: AddArgs, target: Option<TargetSpec>, notify: bool) -> anyhow::Resul
 }
 
 fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Result<()> {
+    if let Some(id) = a.id {
+        super::logging::name_lines(&format!("ublkb{id}"));
+    }
     let sigs = block_signals()?;
     let (source, mut state) = match (target, a.handover_since) {
         (Some(_), Some(ms)) => handover_source(a, ms)?,
@@ -388,7 +398,13 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     state.image_started = epoch_ms(SystemTime::now());
     state.poll = format!("{:?}", a.poll).to_lowercase();
     state.timers = Some(a.timers()?);
-    state.log = std::env::var(LOG_ENV).unwrap_or_default();
+    state.log = std::env::var(LOG_ENV).unwrap_or_else(|_| {
+        if super::logging::stderr_is_journal() {
+            JOURNAL_LOG.into()
+        } else {
+            String::new()
+        }
+    });
     state.unit = srp_ublk::session::state::own_unit();
     let status: Arc<Vec<QueueStatus>> = Arc::new(
         (0..state.queues.len())
@@ -408,6 +424,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     let st2 = status.clone();
     let cap = uopts.capacity.clone();
     let on_live = move |info: LiveInfo| {
+        super::logging::name_lines(&format!("ublkb{}", info.dev_id));
         state.dev_id = info.dev_id;
         state.bdev = info.bdev.clone();
         refresh(&mut state, &st2, &cap);

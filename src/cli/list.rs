@@ -110,6 +110,19 @@ fn print_device(d: &DeviceState) {
     if let Some(u) = &d.unit {
         println!("    unit {u}");
     }
+    match d.log.as_str() {
+        "" => {}
+        // journald files a daemon's lines under the unit whose stderr it inherited (its _PID is
+        // the unit's main process); each line starts with the device's name
+        super::add::JOURNAL_LOG => println!(
+            "    log the journal: journalctl{} -g '^ublkb{}: '",
+            d.unit
+                .as_deref()
+                .map_or(String::new(), |u| format!(" -u {u}")),
+            d.dev_id
+        ),
+        path => println!("    log {path}"),
+    }
     if let Some(o) = &d.owner {
         println!("    attached by {o} (srp-ublk up)");
     }

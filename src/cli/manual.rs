@@ -68,7 +68,7 @@ const FILES: &[(&str, &str)] = &[
     ),
     (
         "/run/srp-ublk/logs/",
-        "the log of each daemon started by add",
+        "the log of each daemon started by add (under systemd: the unit's journal instead)",
     ),
     (
         "/run/srp-ublk/NAME.sock",

@@ -8,6 +8,7 @@ pub mod discover;
 pub mod features;
 pub mod list;
 pub mod logfile;
+pub mod logging;
 pub mod manual;
 pub mod recover;
 pub mod resize;

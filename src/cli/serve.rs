@@ -273,6 +273,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         Listen::Tcp(a) => format!("tcp:{a}"),
     };
     let name = a.name.clone();
+    super::logging::name_lines(&format!("export {name}"));
     super::daemon::protect_from_reclaim();
     let limits = Limits {
         max_connections: a.max_connections as usize,

@@ -27,6 +27,7 @@ pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
         .target
         .as_deref()
         .context("--vhost-user-blk serves an SRP LUN: give --target")?;
+    super::logging::name_lines(&format!("vhost-user-blk {}", socket.display()));
     let target = a.session.apply(TargetSpec::parse(t)?);
     let timers = a.timer_args.timers()?;
     let group = a.socket_group()?;

@@ -2,8 +2,11 @@
 #  - reference: the kernel ib_srp's sd disks of the three LUNs and the by-id names udev gives them
 #  - a target file in targets.d and `systemctl start srp-ublk@lab`: three devices; the unit is never
 #    active while fewer than three devices are live (sampled every 0.1 s while it starts)
-#  - udev (60-srp-ublk.rules) gives each device by-id links with the sd disk's serial and WWN, and a
-#    by-path link naming the target and LUN; commands take the by-id link as the device
+#  - the daemons log to the unit's journal, each line starting with its device's name, at its
+#    syslog priority; `list` says how to find a device's lines
+#  - udev (60-srp-ublk.rules) gives each device the by-id names ib_srp's sd disk had (scsi-, wwn-),
+#    its own (srp-ublk-) and a by-path link naming the target and LUN; commands take a by-id link
+#    as the device
 #  - `kill -9` of LUN 0's daemon under a verifying fio: the supervisor exits, systemd restarts the
 #    unit, `up` recovers the device, fio goes on with 0 errors; the other devices are left alone
 #  - `systemctl stop` detaches every device and leaves the unit inactive, not failed
@@ -58,6 +61,14 @@ grep -v '^active 3 6$' /tmp/samples | grep '^active' && fail "the unit was activ
 grep -q '^activating' /tmp/samples || echo "note: no sample caught the unit activating"
 ok "the unit became active only with 3 devices live"
 expect_contains "list shows the unit" "$(srp-ublk list)" "unit $U"
+# the unit's daemons log to the journal, each line naming its device, with its syslog priority
+d1=$(dev_of 1); n1=${d1#/dev/}
+expect_contains "list names the daemon's log" "$(srp-ublk list)" "log the journal: journalctl -u $U -g '^$n1: '"
+journalctl -u "$U" -p info..info -o cat --no-pager | grep -q "^$n1: .*$d1 is live" ||
+    fail "no info line '$n1: ... $d1 is live' in the journal of $U: $(journalctl -u "$U" -o cat --no-pager | tail -20)"
+journalctl -u "$U" -p warning -o cat --no-pager | grep "is live" && fail "an info line was filed as a warning"
+expect_eq "devices whose daemon logs to the journal" "$(srp-ublk list | grep -c '    log the journal: ')" 3
+ok "the daemons log to the journal: '$n1: ... $d1 is live' at priority info"
 
 udevadm settle
 for l in 0 1 2; do
@@ -66,6 +77,8 @@ for l in 0 1 2; do
     expect_eq "by-id/srp-ublk-<sd's ID_SERIAL> of LUN $l" \
         "$(readlink -f "/dev/disk/by-id/srp-ublk-$(cat /tmp/ref/serial$l)")" "$d"
     expect_eq "by-id/wwn-<sd's WWN> of LUN $l" "$(readlink -f "/dev/disk/by-id/wwn-$(cat /tmp/ref/wwn$l)")" "$d"
+    expect_eq "by-id/scsi-<sd's ID_SERIAL> of LUN $l (ib_srp's name)" \
+        "$(readlink -f "/dev/disk/by-id/scsi-$(cat /tmp/ref/serial$l)")" "$d"
     expect_eq "by-path of LUN $l" \
         "$(readlink -f "/dev/disk/by-path/srp-$SRP_SERVICE_GUID-10.77.0.1:5555-lun-$l")" "$d"
 done

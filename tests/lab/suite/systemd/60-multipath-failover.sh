@@ -2,8 +2,9 @@
 #   path A: rxe0 on dummy0 (10.77.0.1), the lab's target port;
 #   path B: rxeB -> rxeA over the veth pair vethB/vethA (lab_path_b: LIO's second target port,
 #           src=10.77.1.2, initiator_ext 0x11).
-# Both devices carry the LUN's WWID; with docs/multipath-srp-ublk.conf (as shipped) multipathd groups
-# them into one map. With fio verify (crc32c) running on /dev/mapper/<WWID> throughout:
+# Both devices carry the LUN's WWID; with docs/multipath-srp-ublk.conf (as shipped, and the LUN's
+# multipaths entry it describes) multipathd groups them into one map; `multipath -t` shows that the
+# defaults' grouping is untouched. With fio verify (crc32c) running on /dev/mapper/<WWID> throughout:
 #   1. path B's session logged out (its target port group disabled) until dm-multipath has failed the
 #      path, then logged in again (enabled) until the path is reinstated: 10 times;
 #   2. vethB down for 2 x fast_io_fail_tmo, then up, until the path is reinstated;
@@ -17,7 +18,7 @@ ublk_cleanup
 cleanup() {
     show_logs; multipath -ll 2>&1 | tail -20
     killall -INT fio 2>/dev/null; sleep 1
-    rm -f /etc/multipath/conf.d/srp-ublk.conf; multipath -F >/dev/null 2>&1; systemctl restart multipathd
+    rm -f /etc/multipath/conf.d/srp-ublk.conf /etc/multipath/conf.d/srp-ublk-luns.conf; multipath -F >/dev/null 2>&1; systemctl restart multipathd
     echo 1 > "$SRP_TPG/enable"; [ -n "${TPG_B:-}" ] && echo 1 > "$TPG_B/enable"
     ip link set dummy0 up; ip link set vethB up 2>/dev/null
     ublk_cleanup
@@ -32,6 +33,15 @@ A=${a#/dev/}; B=${b#/dev/}
 udevadm settle
 wwid=$(udevadm info -q property -n "$a" | sed -n 's/^ID_SERIAL=//p')
 expect_eq "path B's WWID (udev)" "$(udevadm info -q property -n "$b" | sed -n 's/^ID_SERIAL=//p')" "$wwid"
+# the LUN's grouping, as the snippet says: one multipaths entry for its WWID
+printf 'multipaths {\n    multipath {\n        wwid %s\n        path_grouping_policy multibus\n    }\n}\n' "$wwid" \
+    > /etc/multipath/conf.d/srp-ublk-luns.conf
+# the snippet reaches no other array: the defaults' grouping is still multipath-tools' own
+cfg=$(multipath -t 2>/dev/null)
+defaults=$(echo "$cfg" | sed -n '/^defaults {/,/^}/p')
+expect_contains "multipath -t defaults" "$defaults" "path_checker \"directio\""
+expect_contains "multipath -t defaults" "$defaults" "path_grouping_policy \"failover\""
+expect_contains "multipath -t multipaths" "$(echo "$cfg" | sed -n '/^multipaths {/,/^}/p')" "wwid \"$wwid\""
 systemctl restart multipathd
 multipath -a "$a" >/dev/null && multipath -a "$b" >/dev/null || fail "multipath -a"
 multipath -r >/dev/null 2>&1

@@ -1,0 +1,168 @@
+//! Where srp-ublk's log lines go and what each carries: a daemon's bounded file under
+//! /run/srp-ublk/logs, or, under systemd, the journal (the unit's stderr, which its daemons inherit:
+//! journald files their lines under the unit), each line with its syslog priority there so that
+//! `journalctl -p warning` finds the warnings; every line of a device's daemon starts with the
+//! device's name, which is how one device's lines are told from the unit's others.
+
+use std::io::{self, Write};
+use std::sync::OnceLock;
+use tracing::{Level, Metadata};
+use tracing_subscriber::fmt::MakeWriter;
+
+/// The device (or export) this process serves, once it is known: the prefix of its log lines.
+static SERVING: OnceLock<String> = OnceLock::new();
+
+/// Names what this process serves in every log line from now on ("ublkb3", "export lun0").
+pub fn name_lines(what: &str) {
+    let _ = SERVING.set(format!("{what}: "));
+}
+
+/// Whether standard error is the journal: systemd's JOURNAL_STREAM names the stream it connected
+/// (device:inode), and a process that inherited it still has that stream as its fd 2.
+pub fn stderr_is_journal() -> bool {
+    let Some(want) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Ok(st) = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&std::io::stderr())) else {
+        return false;
+    };
+    want.to_str() == Some(format!("{}:{}", st.st_dev, st.st_ino).as_str())
+}
+
+/// The syslog priority the journal reads from a line's start (sd-daemon(3)).
+fn priority(level: &Level) -> &'static str {
+    match *level {
+        Level::ERROR => "<3>",
+        Level::WARN => "<4>",
+        Level::INFO => "<6>",
+        _ => "<7>",
+    }
+}
+
+/// A `MakeWriter` that puts the journal priority (when writing to the journal) and the device's
+/// name in front of each event's line.
+pub struct Tagged<M> {
+    inner: M,
+    journal: bool,
+}
+
+impl<M> Tagged<M> {
+    /// Lines written through `inner`; `journal`: with their syslog priority.
+    pub fn new(inner: M, journal: bool) -> Self {
+        Tagged { inner, journal }
+    }
+
+    fn prefix(&self, level: Option<&Level>) -> Vec<u8> {
+        let mut p = Vec::new();
+        if let (true, Some(l)) = (self.journal, level) {
+            p.extend_from_slice(priority(l).as_bytes());
+        }
+        if let Some(s) = SERVING.get() {
+            p.extend_from_slice(s.as_bytes());
+        }
+        p
+    }
+}
+
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Tagged<M> {
+    type Writer = TaggedWriter<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        TaggedWriter {
+            inner: self.inner.make_writer(),
+            prefix: self.prefix(None),
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &Metadata<'_>) -> Self::Writer {
+        TaggedWriter {
+            inner: self.inner.make_writer_for(meta),
+            prefix: self.prefix(Some(meta.level())),
+        }
+    }
+}
+
+/// One event's writer: its first write carries the prefix, in the same write as the line's start
+/// (two writes could be split by another thread's line).
+pub struct TaggedWriter<W> {
+    inner: W,
+    prefix: Vec<u8>,
+}
+
+impl<W: Write> Write for TaggedWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.prefix.is_empty() {
+            return self.inner.write(buf);
+        }
+        let mut line = std::mem::take(&mut self.prefix);
+        line.extend_from_slice(buf);
+        self.inner.write_all(&line)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_line_carries_its_priority_for_the_journal_and_the_device_once() {
+        let sink = Sink::default();
+        let s2 = sink.clone();
+        let tagged = Tagged::new(move || s2.clone(), true);
+        name_lines("ublkb7");
+        let sub = tracing_subscriber::fmt()
+            .with_writer(tagged)
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::warn!("path down");
+            tracing::info!("path up");
+        });
+        let out = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(lines[0].starts_with("<4>ublkb7: "), "{out}");
+        assert!(lines[0].ends_with("path down"), "{out}");
+        assert!(lines[1].starts_with("<6>ublkb7: "), "{out}");
+    }
+
+    #[test]
+    fn a_prefix_goes_out_with_the_first_write_only() {
+        let sink = Sink::default();
+        let mut w = TaggedWriter {
+            inner: sink.clone(),
+            prefix: b"<3>x: ".to_vec(),
+        };
+        w.write_all(b"one ").unwrap();
+        w.write_all(b"two\n").unwrap();
+        assert_eq!(&*sink.0.lock().unwrap(), b"<3>x: one two\n");
+    }
+
+    #[test]
+    fn without_journal_stream_stderr_is_not_the_journal() {
+        // the test runner's stderr is no systemd stream (JOURNAL_STREAM names another or none)
+        if std::env::var_os("JOURNAL_STREAM").is_none() {
+            assert!(!stderr_is_journal());
+        }
+    }
+}
