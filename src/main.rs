@@ -35,7 +35,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("srp-ublk: error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(cli::status::exit_of(&e) as u8)
         }
     }
 }

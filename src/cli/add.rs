@@ -203,11 +203,25 @@ fn add_each(a: &AddArgs, luns: &[u64]) -> anyhow::Result<()> {
         bail!("several LUNs make several devices, each with its own daemon: drop --foreground, --recover and -n");
     }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    for &lun in luns {
+    for (i, &lun) in luns.iter().enumerate() {
         let mut args = without_lun(&argv);
         args.push("--lun".into());
         args.push(lun.to_string().into());
-        spawn_daemon(&args, a.session.timeout, a.json).with_context(|| format!("LUN {lun}"))?;
+        match spawn_daemon(&args, a.session.timeout, a.json) {
+            Ok(()) => {}
+            // the LUNs before it are attached and stay: a partial success, said as such
+            Err(e) if i > 0 => {
+                return Err(super::status::failed(
+                    super::status::Exit::Partial,
+                    format!(
+                        "{i} of {} LUNs attached, then LUN {lun} failed: {e:#}; the attached \
+                         ones stay (srp-ublk list)",
+                        luns.len()
+                    ),
+                ))
+            }
+            Err(e) => return Err(e.context(format!("LUN {lun}"))),
+        }
     }
     Ok(())
 }
@@ -350,9 +364,10 @@ fn await_ready(
                     }
                     return Ok(());
                 }
-                if let Some(msg) = line.strip_prefix("ERROR ") {
+                if let Some(rest) = line.strip_prefix("ERROR ") {
                     let _ = child.wait();
-                    bail!("{msg}");
+                    let (exit, msg) = super::status::parse_error_line(rest);
+                    return Err(super::status::failed(exit, msg));
                 }
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
@@ -374,7 +389,8 @@ fn daemon(a: AddArgs, target: Option<TargetSpec>, notify: bool) -> anyhow::Resul
     if let Err(e) = &r {
         if notify {
             // `add` may be gone (interrupted): a closed pipe is not this daemon's error
-            let _ = writeln!(std::io::stdout(), "ERROR {e:#}");
+            let status = super::status::exit_of(e) as u8;
+            let _ = writeln!(std::io::stdout(), "ERROR {status} {e:#}");
             let _ = std::io::stdout().flush();
         }
     }

@@ -36,7 +36,12 @@ pub fn run(a: DelArgs) -> anyhow::Result<()> {
                 "/dev/ublkb{id} is not served by srp-ublk (no {}); remove it with the tool that created it",
                 DeviceState::path(id).display()
             ),
-            Err(_) => bail!("no device /dev/ublkb{id} (see `srp-ublk list`)"),
+            Err(_) => {
+                return Err(super::status::failed(
+                    super::status::Exit::NotFound,
+                    format!("no device /dev/ublkb{id} (see `srp-ublk list`)"),
+                ))
+            }
         }
     };
     let mut failed = Vec::new();

@@ -80,19 +80,6 @@ const FILES: &[(&str, &str)] = &[
     ),
 ];
 
-/// What the exit status says (srp-ublk(8)'s EXIT STATUS).
-const EXIT_STATUS: &[(&str, &str)] = &[
-    ("0", "success"),
-    (
-        "1",
-        "the command failed; the message on standard error says why and what to do",
-    ),
-    (
-        "2",
-        "the command line is wrong (an unknown option, a missing or bad value)",
-    ),
-];
-
 /// Examples per page, by page name: every subcommand needs its own (a test checks).
 const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     (
@@ -279,7 +266,14 @@ fn page(cmd: &Command, top: bool, out: &mut Vec<(String, Vec<u8>)>) -> anyhow::R
     // what follows is left-adjusted: paths and commands are not to be spread over the line
     r.control("ad", ["l"]);
     if top {
-        definitions(&mut r, "EXIT STATUS", EXIT_STATUS);
+        let mut statuses = vec![("0".to_string(), "success")];
+        statuses.extend(
+            super::status::Exit::ALL
+                .iter()
+                .map(|(e, text)| ((*e as u8).to_string(), *text)),
+        );
+        let statuses: Vec<(&str, &str)> = statuses.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        definitions(&mut r, "EXIT STATUS", &statuses);
         definitions(&mut r, "FILES", FILES);
     }
     let Some((_, examples)) = EXAMPLES.iter().find(|(n, _)| *n == name) else {

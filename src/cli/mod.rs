@@ -14,6 +14,7 @@ pub mod recover;
 pub mod resize;
 pub mod serve;
 pub mod stats;
+pub mod status;
 pub mod target;
 pub mod udev_id;
 pub mod up;
@@ -30,7 +31,8 @@ use std::time::Duration;
 #[derive(Debug, Args, Clone)]
 pub struct SessionArgs {
     /// The LUN to serve (default: the target string's lun=, else 0). `add` also takes a list
-    /// ("0,2") or "all" (every LUN the target reports): one device per LUN.
+    /// ("0,2") or "all" (every LUN the target reports, as ib_srp attaches them): one device, with
+    /// its own daemon and channels, per LUN.
     #[arg(long, value_parser = parse_lun_sel, value_name = "N|N,M,...|all")]
     pub lun: Option<LunSel>,
     /// SRP channels: ublk queues for `add`; for `serve`, NBD connections served at once or

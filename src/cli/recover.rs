@@ -34,11 +34,14 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
     } else {
         let id = a.id.unwrap_or(0);
         let Ok(d) = DeviceState::read(&DeviceState::path(id)) else {
-            bail!(
-                "no state for /dev/ublkb{id} ({} is missing): it was not added by srp-ublk, or \
-                 was deleted; add it again with `srp-ublk add`",
-                DeviceState::path(id).display()
-            );
+            return Err(super::status::failed(
+                super::status::Exit::NotFound,
+                format!(
+                    "no state for /dev/ublkb{id} ({} is missing): it was not added by srp-ublk, \
+                     or was deleted; add it again with `srp-ublk add`",
+                    DeviceState::path(id).display()
+                ),
+            ));
         };
         if super::daemon::alive(&d) {
             bail!(

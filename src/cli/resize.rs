@@ -24,7 +24,10 @@ pub fn run(a: ResizeArgs) -> anyhow::Result<()> {
     let id = a.id;
     let path = DeviceState::path(id);
     let Ok(before) = DeviceState::read(&path) else {
-        bail!("no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)");
+        return Err(super::status::failed(
+            super::status::Exit::NotFound,
+            format!("no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"),
+        ));
     };
     if before.rdma_device.is_empty() {
         bail!("/dev/ublkb{id} is a demo backend: it has no LUN whose capacity could change");

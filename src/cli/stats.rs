@@ -34,7 +34,9 @@ fn devices(id: Option<u32>) -> anyhow::Result<Vec<DeviceState>> {
     match id {
         Some(id) => Ok(vec![DeviceState::read(&DeviceState::path(id))
             .with_context(|| {
-                format!("no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)")
+                super::status::not_found(format!(
+                    "no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"
+                ))
             })?]),
         None => Ok(DeviceState::all()),
     }

@@ -365,7 +365,10 @@ pub fn run_down(a: DownArgs) -> anyhow::Result<()> {
         }
     }
     if failed > 0 {
-        bail!("{failed} device(s) not deleted");
+        return Err(super::status::failed(
+            super::status::Exit::Partial,
+            format!("{failed} device(s) not deleted"),
+        ));
     }
     Ok(())
 }

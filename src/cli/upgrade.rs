@@ -34,8 +34,11 @@ pub fn run(a: UpgradeArgs) -> anyhow::Result<()> {
             .collect()
     } else {
         let id = a.id.unwrap_or(0);
-        let d = DeviceState::read(&DeviceState::path(id))
-            .with_context(|| format!("no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"))?;
+        let d = DeviceState::read(&DeviceState::path(id)).with_context(|| {
+            super::status::not_found(format!(
+                "no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"
+            ))
+        })?;
         if !super::daemon::alive(&d) {
             bail!(
                 "/dev/ublkb{id} has no running daemon ({}): `srp-ublk recover -n {id}` starts one \
@@ -60,7 +63,10 @@ pub fn run(a: UpgradeArgs) -> anyhow::Result<()> {
         }
     }
     if failed > 0 {
-        bail!("{failed} device(s) not upgraded");
+        return Err(super::status::failed(
+            super::status::Exit::Partial,
+            format!("{failed} device(s) not upgraded"),
+        ));
     }
     Ok(())
 }
