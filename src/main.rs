@@ -15,8 +15,8 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // a daemon started by `add` logs to its file, bounded (stderr, the same file, keeps what
     // else a process writes there)
-    let file = std::env::var_os(cli::add::LOG_ENV)
-        .filter(|_| std::env::var_os(cli::add::DAEMON_ENV).is_some())
+    let file = std::env::var_os(cli::spawn::LOG_ENV)
+        .filter(|_| std::env::var_os(cli::spawn::DAEMON_ENV).is_some())
         .and_then(|p| cli::logfile::CappedLog::open(p.into(), cli::logfile::MAX_LOG_BYTES).ok());
     // each line names the device its daemon serves; to the journal, with its syslog priority
     use cli::logging::Tagged;

@@ -11,23 +11,19 @@ use srp_ublk::frontend::ublk::{
     self as front, CapacityStatus, Handover, LinkState, LiveInfo, OnRemoved, PollMode, QueueStatus,
     UblkOptions, UblkSource,
 };
-use srp_ublk::session::state::{run_dir, DeviceState, QueueState};
+use srp_ublk::session::state::{DeviceState, QueueState};
 use srp_ublk::session::timers::{TimerError, Timers};
 use srp_ublk::session::{detached_channels, Relogin, Session};
 use srp_ublk::wire::target::TargetSpec;
 
 use super::LunSel;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-/// Set in the daemon's environment by `add`: print READY/ERROR lines on stdout for the parent.
-pub(crate) const DAEMON_ENV: &str = "SRP_UBLK_DAEMON";
-pub(crate) const LOG_ENV: &str = "SRP_UBLK_LOG_FILE";
-/// A state file's `log` when the daemon logs to the journal.
-pub(crate) const JOURNAL_LOG: &str = "journal";
+use super::spawn::{spawn_daemon, DAEMON_ENV, JOURNAL_LOG, LOG_ENV};
 
 /// `srp-ublk add ...`
 #[derive(Debug, Args, Clone)]
@@ -252,134 +248,6 @@ pub fn check_ublk() -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Starts `srp-ublk ARGV` (an `add`) as a daemon in its own process group, logging under
-/// /run/srp-ublk/logs, and returns once it reports the device live (printing its path, or the JSON
-/// with `json`) or fails.
-pub fn spawn_daemon(
-    argv: &[std::ffi::OsString],
-    login_timeout: u64,
-    json: bool,
-) -> anyhow::Result<()> {
-    let mut cmd = Command::new(std::env::current_exe().context("cannot find my own executable")?);
-    cmd.args(argv)
-        .env(DAEMON_ENV, "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped());
-    // under systemd the daemon logs to the journal as the unit does (it inherits the unit's
-    // stderr); elsewhere to a file of its own
-    let file = if super::logging::stderr_is_journal() {
-        None
-    } else {
-        let logs = run_dir().join("logs");
-        std::fs::create_dir_all(&logs)
-            .with_context(|| format!("cannot create {}", logs.display()))?;
-        let (log, log_file) = new_log(&logs)?;
-        cmd.env(LOG_ENV, &log).stderr(Stdio::from(log_file));
-        Some(log)
-    };
-    let mut child = cmd.spawn().context("cannot start the srp-ublk daemon")?;
-    let log = match (file, srp_ublk::session::state::own_unit()) {
-        (Some(path), _) => path.display().to_string(),
-        (None, Some(unit)) => format!("the journal (journalctl -u {unit})"),
-        (None, None) => "the journal".to_string(),
-    };
-    let out = child.stdout.take().context("no pipe to the daemon")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let limit = Duration::from_secs(login_timeout * 4 + 60);
-    await_ready(&mut child, &rx, limit, &log, json)
-}
-
-/// A new log file for one daemon in `logs`: one `add` (or `up`) may start several daemons in the
-/// same second, so each gets a name of its own.
-fn new_log(logs: &std::path::Path) -> anyhow::Result<(std::path::PathBuf, std::fs::File)> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    (0..1000)
-        .find_map(|n| {
-            let log = logs.join(format!("add-{stamp}-{}-{n}.log", std::process::id()));
-            match srp_ublk::session::state::create_new(&log, 0o640) {
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
-                r => Some(
-                    r.map(|f| (log.clone(), f))
-                        .with_context(|| format!("cannot create {}", log.display())),
-                ),
-            }
-        })
-        .unwrap_or_else(|| {
-            Err(anyhow::anyhow!(
-                "cannot create a log file in {}: 1000 taken",
-                logs.display()
-            ))
-        })
-}
-
-/// What a device that just came up holds, and what every srp-ublk device on the host holds (from
-/// the state files: the daemon writes its own before it says READY).
-fn live_summary(id: u32) -> String {
-    let all = DeviceState::all();
-    let this = match all.iter().find(|d| d.dev_id == id) {
-        Some(d) => format!(
-            "/dev/ublkb{id}: LUN {}, {} queue(s) x depth {}, {:.1} MiB pinned",
-            d.lun,
-            d.queues.len(),
-            d.depth,
-            d.memory.as_ref().map_or(0, |m| m.pinned_bytes) as f64 / (1u64 << 20) as f64
-        ),
-        None => format!("/dev/ublkb{id}"),
-    };
-    format!("{this}; on this host: {}", super::list::host_total(&all))
-}
-
-/// Waits for the daemon's READY (the device is up: its name, or the READY line with `json`) or
-/// ERROR line; a daemon that exits or stays silent past `limit` fails with its log's path.
-fn await_ready(
-    child: &mut std::process::Child,
-    rx: &std::sync::mpsc::Receiver<String>,
-    limit: Duration,
-    log: &str,
-    json: bool,
-) -> anyhow::Result<()> {
-    loop {
-        match rx.recv_timeout(limit) {
-            Ok(line) => {
-                if let Some(ready) = line.strip_prefix("READY ") {
-                    let info: LiveInfo =
-                        serde_json::from_str(ready).context("bad READY line from the daemon")?;
-                    if json {
-                        println!("{ready}");
-                    } else {
-                        println!("{}", info.bdev);
-                        eprintln!("srp-ublk: {}", live_summary(info.dev_id));
-                    }
-                    return Ok(());
-                }
-                if let Some(rest) = line.strip_prefix("ERROR ") {
-                    let _ = child.wait();
-                    let (exit, msg) = super::status::parse_error_line(rest);
-                    return Err(super::status::failed(exit, msg));
-                }
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                let status = child.wait().ok();
-                bail!("the daemon exited during setup ({status:?}); see {log}");
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                let _ = child.kill();
-                bail!("the daemon did not bring the device up within {limit:?}; see {log}");
-            }
-        }
-    }
 }
 
 /// The daemon: log in, create the device, serve until stopped. With `notify`, report READY/ERROR on

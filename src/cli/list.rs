@@ -114,7 +114,7 @@ fn print_device(d: &DeviceState) {
         "" => {}
         // journald files a daemon's lines under the unit whose stderr it inherited (its _PID is
         // the unit's main process); each line starts with the device's name
-        super::add::JOURNAL_LOG => println!(
+        super::spawn::JOURNAL_LOG => println!(
             "    log the journal: journalctl{} -g '^ublkb{}: '",
             d.unit
                 .as_deref()

@@ -13,6 +13,7 @@ pub mod manual;
 pub mod recover;
 pub mod resize;
 pub mod serve;
+pub mod spawn;
 pub mod stats;
 pub mod status;
 pub mod target;

@@ -70,7 +70,7 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
 
 /// Starts a daemon that takes `d` over (its own daemon is gone); returns once it is live.
 pub(crate) fn recover_one(d: &DeviceState, timeout: u64) -> anyhow::Result<()> {
-    super::add::spawn_daemon(&argv(d), timeout, false)
+    super::spawn::spawn_daemon(&argv(d), timeout, false)
 }
 
 /// The `add` command line that serves `d` again: same target, LUN, queues, depth, completion mode

@@ -7,7 +7,8 @@
 //! `Restart=on-failure` brings it back through ublk recovery; it also looks for new LUNs of targets
 //! configured with `lun = all` every `--rescan` seconds and attaches them.
 
-use super::add::{spawn_daemon, without_lun, AddArgs};
+use super::add::{without_lun, AddArgs};
+use super::spawn::spawn_daemon;
 use super::{Cli, Command, LunSel};
 use anyhow::{bail, Context};
 use clap::{Args, Parser};

@@ -32,6 +32,22 @@ vhost_serve() {
     _i=0; while ! grep -q "serving vhost-user-blk" /tmp/vhost.log && [ $_i -lt 600 ]; do sleep 0.1; _i=$((_i + 1)); done
     grep -q "serving vhost-user-blk" /tmp/vhost.log || { cat /tmp/vhost.log; fail "serve --vhost-user-blk did not start"; }
 }
+# package_gone HOW FILES: after the package's removal by HOW (purge, rpm -e): none of FILES (its
+# files, one a line) left, no /etc/srp-ublk or /run/srp-ublk, no srp-ublk unit enabled or known to
+# systemd, no srp-ublk process
+package_gone() {
+    _left=$(echo "$2" | while read -r f; do [ -e "$f" ] && echo "$f"; done)
+    [ -z "$_left" ] || fail "$1 left files of the package: $_left"
+    ok "$1 removed all $(echo "$2" | wc -l) files"
+    [ -e /etc/srp-ublk ] && fail "$1 left /etc/srp-ublk: $(ls -R /etc/srp-ublk)"
+    [ -e /run/srp-ublk ] && fail "$1 left /run/srp-ublk"
+    _links=$(find /etc/systemd/system -name 'srp-ublk*' 2>/dev/null)
+    [ -z "$_links" ] || fail "$1 left units enabled: $_links"
+    _units=$(systemctl list-unit-files --no-legend 'srp-ublk*' 2>/dev/null)
+    [ -z "$_units" ] || fail "systemd still knows srp-ublk units after $1: $_units"
+    pidof srp-ublk >/dev/null && fail "srp-ublk processes run after $1: $(pidof srp-ublk)"
+    ok "$1: no unit known or enabled, no process, no /etc/srp-ublk or /run/srp-ublk"
+}
 # srp-ublk helpers
 # ublk_add [ARGS...]: srp-ublk add on the lab target; prints the device path
 ublk_add() { srp-ublk add --target "$SRP_TARGET" "$@"; }

@@ -29,14 +29,4 @@ srp-ublk del --all || fail "del"
 # purge, with a target's unit enabled
 systemctl enable srp-ublk@lab.service 2>/dev/null || fail "systemctl enable srp-ublk@lab"
 DEBIAN_FRONTEND=noninteractive apt-get purge -y srp-ublk > /tmp/purge.log 2>&1 || { cat /tmp/purge.log; fail "apt-get purge"; }
-left=$(echo "$files" | while read -r f; do [ -e "$f" ] && echo "$f"; done)
-[ -z "$left" ] || fail "purge left files of the package: $left"
-ok "purge removed all $nfiles files"
-[ -e /etc/srp-ublk ] && fail "purge left /etc/srp-ublk: $(ls -R /etc/srp-ublk)"
-[ -e /run/srp-ublk ] && fail "purge left /run/srp-ublk"
-links=$(find /etc/systemd/system -name 'srp-ublk*' 2>/dev/null)
-[ -z "$links" ] || fail "purge left units enabled: $links"
-units=$(systemctl list-unit-files --no-legend 'srp-ublk*' 2>/dev/null)
-[ -z "$units" ] || fail "systemd still knows srp-ublk units: $units"
-pidof srp-ublk >/dev/null && fail "srp-ublk processes run after the purge: $(pidof srp-ublk)"
-ok "purge: no unit known or enabled, no process, no /etc/srp-ublk or /run/srp-ublk"
+package_gone purge "$files"

@@ -42,14 +42,4 @@ srp-ublk del --all || fail "del"
 # erase, with a target's unit enabled
 systemctl enable srp-ublk@lab.service 2>/dev/null || fail "systemctl enable srp-ublk@lab"
 rpm -e srp-ublk > /tmp/rpm-e.log 2>&1 || { cat /tmp/rpm-e.log; fail "rpm -e"; }
-left=$(echo "$files" | while read -r f; do [ -e "$f" ] && echo "$f"; done)
-[ -z "$left" ] || fail "rpm -e left files of the package: $left"
-ok "rpm -e removed all $nfiles files"
-[ -e /etc/srp-ublk ] && fail "rpm -e left /etc/srp-ublk: $(ls -R /etc/srp-ublk)"
-[ -e /run/srp-ublk ] && fail "rpm -e left /run/srp-ublk"
-links=$(find /etc/systemd/system -name 'srp-ublk*' 2>/dev/null)
-[ -z "$links" ] || fail "rpm -e left units enabled: $links"
-units=$(systemctl list-unit-files --no-legend 'srp-ublk*' 2>/dev/null)
-[ -z "$units" ] || fail "systemd still knows srp-ublk units: $units"
-pidof srp-ublk >/dev/null && fail "srp-ublk processes run after the erase: $(pidof srp-ublk)"
-ok "rpm -e: no unit known or enabled, no process, no /etc/srp-ublk or /run/srp-ublk"
+package_gone "rpm -e" "$files"
