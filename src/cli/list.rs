@@ -112,8 +112,8 @@ fn print_device(d: &DeviceState) {
     }
     match d.log.as_str() {
         "" => {}
-        // journald files a daemon's lines under the unit whose stderr it inherited (its _PID is
-        // the unit's main process); each line starts with the device's name
+        // journald files a daemon's lines under the unit whose stderr it inherited, with the
+        // unit's other processes' lines; each of the daemon's starts with the device's name
         super::spawn::JOURNAL_LOG => println!(
             "    log the journal: journalctl{} -g '^ublkb{}: '",
             d.unit

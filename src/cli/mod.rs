@@ -229,7 +229,7 @@ pub enum Command {
     /// VMM, in the foreground.
     Serve(serve::ServeArgs),
     /// Show what this host offers: ublk driver, RDMA devices, ports and GIDs, modules.
-    Features,
+    Features(features::FeaturesArgs),
     /// Attach the targets configured in /etc/srp-ublk/targets.d (all, or those named).
     Up(up::UpArgs),
     /// Detach the devices of the targets configured in /etc/srp-ublk/targets.d.
@@ -258,7 +258,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::List(a) => list::run(a),
         Command::Recover(a) => recover::run(a),
         Command::Resize(a) => resize::run(a),
-        Command::Features => features::run(),
+        Command::Features(a) => features::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Stats(a) => stats::run(a),
         Command::Target(t) => target::run(t),

@@ -11,3 +11,11 @@ if bad=$(srp-ublk target parse "id_ext=$SRP_SERVICE_GUID,ioc_guid=zz,dest=10.77.
 fi
 echo "$bad"
 expect_contains "error for a bad ioc_guid" "$bad" "ioc_guid=zz"
+# features, as text and as JSON: the lab's soft-RoCE device, its port up, the modules loaded
+txt=$(srp-ublk features) || fail "srp-ublk features"
+expect_contains "features" "$txt" "rdma device rxe0"
+json=$(srp-ublk features --json) || fail "srp-ublk features --json"
+echo "$json" | grep -q '"name": "rxe0"' || fail "features --json names no rxe0: $json"
+echo "$json" | grep -q '"state": "4: ACTIVE"' || fail "features --json: rxe0's port is not ACTIVE: $json"
+echo "$json" | grep -q '"control": true' || fail "features --json: no /dev/ublk-control: $json"
+ok "features --json: rxe0 ACTIVE, ublk control present"
