@@ -6,7 +6,7 @@
 #   /usr/lib/udev/rules.d/6[01]-srp-ublk*.rules the udev rules
 #   /usr/share/man/man8/srp-ublk*.8.gz         srp-ublk(8) and a page per subcommand
 #   bash, zsh and fish completions, the docs and examples in /usr/share/doc/srp-ublk,
-#   /etc/srp-ublk/targets.d (empty: the administrator's target files go there)
+#   /etc/srp-ublk/targets.d and exports.d (empty: the administrator's target and export files)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${1:?usage: install.sh BINARY [DESTDIR]}
@@ -14,11 +14,13 @@ D=${2:-}
 [ -x "$BIN" ] || { echo "install.sh: $BIN is not an executable (cargo build --release first)" >&2; exit 2; }
 DOC=$D/usr/share/doc/srp-ublk
 install -D -m 755 "$BIN" "$D/usr/sbin/srp-ublk"
-install -d "$D/usr/lib/systemd/system" "$D/usr/lib/udev/rules.d" "$DOC/examples" "$D/etc/srp-ublk/targets.d"
+install -d "$D/usr/lib/systemd/system" "$D/usr/lib/udev/rules.d" "$DOC/examples" "$D/etc/srp-ublk/targets.d" \
+    "$D/etc/srp-ublk/exports.d"
 install -m 644 "$ROOT"/systemd/*.service "$D/usr/lib/systemd/system/"
 install -m 644 "$ROOT"/udev/*.rules "$D/usr/lib/udev/rules.d/"
 install -m 644 "$ROOT"/README.md "$ROOT"/docs/*.md "$DOC/"
-install -m 644 "$ROOT/docs/multipath-srp-ublk.conf" "$ROOT/packaging/example.conf" "$DOC/examples/"
+install -m 644 "$ROOT/docs/multipath-srp-ublk.conf" "$ROOT/packaging/example.conf" \
+    "$ROOT/packaging/example-export.conf" "$DOC/examples/"
 # man pages and completions, generated from the binary's own command line
 man=$(mktemp -d)
 trap 'rm -rf "$man"' EXIT

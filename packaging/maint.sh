@@ -27,17 +27,18 @@ refuse_while_attached() {
     devs=$(srp-ublk list 2>/dev/null | grep -c '^/dev/ublkb' || true)
     if [ "${devs:-0}" -gt 0 ] || pidof srp-ublk >/dev/null 2>&1; then
         echo "srp-ublk: not removed: ${devs:-0} device(s) attached, srp-ublk processes running (pids: $(pidof srp-ublk || true))." >&2
-        echo "srp-ublk: detach them first (systemctl stop 'srp-ublk@*', srp-ublk del --all, and stop any 'srp-ublk serve'), then remove the package again." >&2
+        echo "srp-ublk: detach them first (systemctl stop 'srp-ublk@*', srp-ublk del --all, and stop any 'srp-ublk serve': systemctl stop 'srp-ublk-serve@*'), then remove the package again." >&2
         exit 1
     fi
 }
 
 purge() {
     # the administrator's enabled instances of the package's units (srp-ublk@NAME), now dangling
-    find /etc/systemd/system -type l \( -name 'srp-ublk@*.service' -o -name 'srp-ublk-port@*.service' \) \
-        -delete 2>/dev/null || true
+    find /etc/systemd/system -type l \( -name 'srp-ublk@*.service' -o -name 'srp-ublk-port@*.service' \
+        -o -name 'srp-ublk-serve@*.service' \) -delete 2>/dev/null || true
     rm -rf /run/srp-ublk
-    rmdir /etc/srp-ublk/targets.d /etc/srp-ublk 2>/dev/null || true
+    rmdir /etc/srp-ublk/targets.d /etc/srp-ublk/exports.d 2>/dev/null || true
+    rmdir /etc/srp-ublk 2>/dev/null || true
 }
 
 # Debian passes the action ("configure", "remove", "purge", ...); RPM passes how many versions of

@@ -38,6 +38,7 @@ install -D -m 644 "$ROOT/packaging/copyright" "$S/usr/share/licenses/srp-ublk/co
 {
     echo "%dir /etc/srp-ublk"
     echo "%dir /etc/srp-ublk/targets.d"
+    echo "%dir /etc/srp-ublk/exports.d"
     echo "%dir /usr/share/doc/srp-ublk"
     echo "%dir /usr/share/doc/srp-ublk/examples"
     echo "%dir /usr/share/licenses/srp-ublk"

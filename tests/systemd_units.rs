@@ -22,6 +22,7 @@ fn units_verify_cleanly() {
     for (file, instance) in [
         ("srp-ublk@.service", "srp-ublk@lab.service"),
         ("srp-ublk-port@.service", "srp-ublk-port@rxe0.service"),
+        ("srp-ublk-serve@.service", "srp-ublk-serve@vm0.service"),
     ] {
         let text = std::fs::read_to_string(root.join("systemd").join(file)).unwrap();
         assert!(

@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, thin over the library.
 
 pub mod add;
+pub mod conf;
 mod daemon;
 pub mod del;
 pub mod device;

@@ -2,7 +2,7 @@
 //! foreground (run it under systemd, or with `&`). One SRP channel per concurrent connection.
 
 use anyhow::{bail, Context};
-use clap::Args;
+use clap::{Args, Parser};
 use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
 use srp_ublk::channel::block::Geometry;
 use srp_ublk::channel::block::WriteCache;
@@ -37,7 +37,7 @@ pub struct ServeArgs {
         long,
         short = 't',
         conflicts_with = "backend",
-        required_unless_present = "backend"
+        required_unless_present_any = ["backend", "config"]
     )]
     pub target: Option<String>,
     /// A demo/benchmark backend instead of SRP: null:SIZE (zeros, writes discarded) or mem:SIZE (RAM).
@@ -77,6 +77,75 @@ pub struct ServeArgs {
     /// RHEL). Default: root only (0600).
     #[arg(long, value_name = "GROUP")]
     pub socket_group: Option<String>,
+    /// Serve the export an export file describes: NAME (/etc/srp-ublk/exports.d/NAME.conf) or a
+    /// path; `key = value` lines with this command's option names, `no-tls = yes` for the flag
+    /// (srp-ublk-serve@NAME.service runs this).
+    #[arg(
+        long,
+        value_name = "NAME|FILE",
+        conflicts_with_all = ["target", "backend", "nbd", "vhost_user_blk"]
+    )]
+    pub config: Option<String>,
+}
+
+/// The options an export file may set (`serve`'s long options).
+const EXPORT_KEYS: super::conf::Keys = super::conf::Keys {
+    values: &[
+        "name",
+        "target",
+        "lun",
+        "queues",
+        "depth",
+        "timeout",
+        "rkey-scope",
+        "nbd",
+        "vhost-user-blk",
+        "socket-group",
+        "max-connections",
+        "handshake-timeout",
+        "tls-cert",
+        "tls-key",
+        "tls-ca",
+        "reconnect-delay",
+        "fast-io-fail-tmo",
+        "dev-loss-tmo",
+    ],
+    flags: &["no-tls"],
+    required: "target",
+};
+
+/// The `serve` an export file describes; its name is the file's (exports.d/NAME.conf) unless it
+/// says `name = ...`.
+fn read_export(config: &str) -> anyhow::Result<ServeArgs> {
+    let file = if config.contains('/') {
+        std::path::PathBuf::from(config)
+    } else {
+        std::path::Path::new("/etc/srp-ublk/exports.d").join(format!("{config}.conf"))
+    };
+    let text = std::fs::read_to_string(&file).with_context(|| {
+        super::status::not_found(format!("cannot read export file {}", file.display()))
+    })?;
+    let mut argv = super::conf::argv(&text, &file, &EXPORT_KEYS)?;
+    if !argv.iter().any(|a| a == "--name") {
+        let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned());
+        argv.extend(["--name".to_string(), stem.unwrap_or_default()]);
+    }
+    let cli = super::Cli::try_parse_from(
+        ["srp-ublk", "serve"]
+            .into_iter()
+            .map(String::from)
+            .chain(argv),
+    )
+    .map_err(|e| {
+        super::status::failed(
+            super::status::Exit::Usage,
+            format!("{}: {e}", file.display()),
+        )
+    })?;
+    match cli.command {
+        super::Command::Serve(a) => Ok(a),
+        _ => unreachable!("parsed as serve"),
+    }
 }
 
 impl ServeArgs {
@@ -248,6 +317,9 @@ fn hand_over(h: &NbdHandover) {
 
 /// Runs `serve`.
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    if let Some(config) = &a.config {
+        return run(read_export(config)?);
+    }
     if let Some(socket) = &a.vhost_user_blk {
         return super::vhost::run(&a, socket);
     }
@@ -384,5 +456,28 @@ mod tests {
             let e = socket_name(bad).unwrap_err().to_string();
             assert!(e.contains("cannot name a socket"), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_packaged_export_example_serves_and_each_commented_key_is_known() {
+        let text = include_str!("../../packaging/example-export.conf");
+        let dir = std::env::temp_dir().join(format!("srp-ublk-export-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("vm7.conf");
+        std::fs::write(&file, text).unwrap();
+        let a = read_export(file.to_str().unwrap()).unwrap();
+        assert_eq!(a.name, "vm7", "the export is named after its file");
+        assert!(a
+            .target
+            .as_deref()
+            .is_some_and(|t| t.contains("dest=192.0.2.10:5555")));
+        for line in text.lines().filter_map(|l| l.strip_prefix('#')) {
+            if line.contains(" = ") && !line.starts_with(' ') {
+                let one = format!("target = t\n{line}\n");
+                super::super::conf::argv(&one, &file, &EXPORT_KEYS)
+                    .unwrap_or_else(|e| panic!("{line}: {e}"));
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

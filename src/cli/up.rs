@@ -83,35 +83,12 @@ struct Conf {
 
 /// The `add` arguments of a target file's text.
 fn conf_argv(text: &str, file: &Path) -> anyhow::Result<Vec<String>> {
-    let mut argv = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.split_once('#').map_or(raw, |(a, _)| a).trim();
-        if line.is_empty() {
-            continue;
-        }
-        let Some((k, v)) = line.split_once('=') else {
-            bail!(
-                "{}:{}: expected key = value, got '{line}'",
-                file.display(),
-                i + 1
-            );
-        };
-        let (k, v) = (k.trim().replace('_', "-"), v.trim());
-        if !KEYS.contains(&k.as_str()) {
-            bail!(
-                "{}:{}: unknown key '{k}' (known: {})",
-                file.display(),
-                i + 1,
-                KEYS.join(", ")
-            );
-        }
-        argv.push(format!("--{k}"));
-        argv.push(v.to_string());
-    }
-    if !argv.iter().any(|a| a == "--target") {
-        bail!("{}: no target = ... line", file.display());
-    }
-    Ok(argv)
+    let keys = super::conf::Keys {
+        values: &KEYS,
+        flags: &[],
+        required: "target",
+    };
+    super::conf::argv(text, file, &keys)
 }
 
 fn read_conf(name: &str) -> anyhow::Result<Conf> {

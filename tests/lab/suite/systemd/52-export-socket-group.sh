@@ -4,6 +4,7 @@
 #  - with --socket-group disk it is 0660 and the disk group's from the start: that user reads the
 #    export (nbdinfo as nobody:disk), and a user outside the group is still refused
 #  - a vhost-user-blk socket is made the same way
+#  - an export file in /etc/srp-ublk/exports.d served by srp-ublk-serve@NAME, logging to the journal
 . /usr/lib/srp-lab/suite/lib.sh
 trap 'kill ${SRV:-} ${VPID:-} 2>/dev/null; ublk_cleanup' EXIT
 S=/run/srp-ublk/grp.sock
@@ -26,5 +27,19 @@ expect_contains "an unknown group" "$out" "--socket-group no-such-group: no such
 vhost_serve "$SRP_TARGET" --queues 1 --socket-group disk
 expect_eq "vhost-user-blk socket with --socket-group disk" "$(stat -c '%a %U %G' /run/srp-ublk/vm0.sock)" "660 root disk"
 kill $VPID; wait $VPID 2>/dev/null
+# the same export as a unit: an export file and srp-ublk-serve@NAME, its lines in the journal
+mkdir -p /etc/srp-ublk/exports.d
+printf 'target = %s\nqueues = 1\nsocket_group = disk\n' "$SRP_TARGET" > /etc/srp-ublk/exports.d/vm1.conf
+systemctl start srp-ublk-serve@vm1 || fail "systemctl start srp-ublk-serve@vm1: $(journalctl -u srp-ublk-serve@vm1 --no-pager | tail)"
+U1="nbd+unix:///vm1?socket=/run/srp-ublk/vm1.sock"
+i=0; while ! as disk nbdinfo --size "$U1" >/dev/null 2>&1 && [ $i -lt 300 ]; do sleep 0.2; i=$((i + 1)); done
+expect_eq "the unit's socket" "$(stat -c '%a %U %G' /run/srp-ublk/vm1.sock)" "660 root disk"
+expect_eq "export size through the unit's socket as nobody:disk" "$(as disk nbdinfo --size "$U1" 2>&1)" "$SRP_LUN_BYTES"
+journalctl -u srp-ublk-serve@vm1 -o cat --no-pager | grep -q "^export vm1: " ||
+    fail "no 'export vm1: ' lines in the unit's journal: $(journalctl -u srp-ublk-serve@vm1 -o cat --no-pager | tail)"
+systemctl stop srp-ublk-serve@vm1 || fail "systemctl stop srp-ublk-serve@vm1"
+expect_eq "the unit after stop" "$(systemctl is-active srp-ublk-serve@vm1)" inactive
+rm -f /etc/srp-ublk/exports.d/vm1.conf
+ok "srp-ublk-serve@vm1 served exports.d/vm1.conf to the disk group and logged to its journal"
 trap - EXIT
 ublk_cleanup
