@@ -323,6 +323,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     if let Some(socket) = &a.vhost_user_blk {
         return super::vhost::run(&a, socket);
     }
+    super::logging::name_lines(&format!("export {}", a.name));
     let listen = match &a.nbd {
         Some(s) => Listen::parse(s)?,
         None => Listen::Unix(
@@ -345,7 +346,6 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         Listen::Tcp(a) => format!("tcp:{a}"),
     };
     let name = a.name.clone();
-    super::logging::name_lines(&format!("export {name}"));
     super::daemon::protect_from_reclaim();
     let limits = Limits {
         max_connections: a.max_connections as usize,

@@ -6,7 +6,7 @@
 #  - a vhost-user-blk socket is made the same way
 #  - an export file in /etc/srp-ublk/exports.d served by srp-ublk-serve@NAME, logging to the journal
 . /usr/lib/srp-lab/suite/lib.sh
-trap 'kill ${SRV:-} ${VPID:-} 2>/dev/null; ublk_cleanup' EXIT
+trap 'kill ${SRV:-} ${VPID:-} 2>/dev/null; systemctl stop srp-ublk-serve@vm1 2>/dev/null; rm -f /etc/srp-ublk/exports.d/vm1.conf; ublk_cleanup' EXIT
 S=/run/srp-ublk/grp.sock
 URI="nbd+unix:///grp?socket=$S"
 as() { _g=$1; shift; setpriv --reuid=nobody --regid="$_g" --clear-groups "$@"; }
