@@ -19,9 +19,7 @@ VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -1)-1
 ARCH=$(dpkg --print-architecture)
 S=$OUT/root
 rm -rf "$OUT"; mkdir -p "$S/DEBIAN"
-bash "$ROOT/packaging/install.sh" "$BIN" "$S"
-# the release profile keeps debug info (for profiles); the package's binary goes without it
-strip --strip-unneeded --remove-section=.comment --remove-section=.note "$S/usr/sbin/srp-ublk"
+SRP_UBLK_STRIP=1 bash "$ROOT/packaging/install.sh" "$BIN" "$S"
 DOC=$S/usr/share/doc/srp-ublk
 # Debian's documentation rules: a copyright file and a changelog (the .md pages stay as they are:
 # the units' Documentation= names operations.md)

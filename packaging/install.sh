@@ -1,6 +1,8 @@
 #!/bin/bash
 # packaging/install.sh BINARY [DESTDIR]: srp-ublk's files where a distribution puts them, under
 # DESTDIR (default /): the one file list `just install`, `just deb` and `just rpm` share.
+# SRP_UBLK_STRIP=1 (the packages): the installed binary without debug info (the release profile
+# keeps it, for profiles).
 #   /usr/sbin/srp-ublk                         the binary (the units and udev rules run it from here)
 #   /usr/lib/systemd/system/srp-ublk*@.service the units
 #   /usr/lib/udev/rules.d/6[01]-srp-ublk*.rules the udev rules
@@ -14,6 +16,9 @@ D=${2:-}
 [ -x "$BIN" ] || { echo "install.sh: $BIN is not an executable (cargo build --release first)" >&2; exit 2; }
 DOC=$D/usr/share/doc/srp-ublk
 install -D -m 755 "$BIN" "$D/usr/sbin/srp-ublk"
+if [ "${SRP_UBLK_STRIP:-0}" = 1 ]; then
+    strip --strip-unneeded --remove-section=.comment --remove-section=.note "$D/usr/sbin/srp-ublk"
+fi
 install -d "$D/usr/lib/systemd/system" "$D/usr/lib/udev/rules.d" "$DOC/examples" "$D/etc/srp-ublk/targets.d" \
     "$D/etc/srp-ublk/exports.d"
 install -m 644 "$ROOT"/systemd/*.service "$D/usr/lib/systemd/system/"

@@ -24,11 +24,10 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 S=$work/stage
-bash "$ROOT/packaging/install.sh" "$BIN" "$S"
+SRP_UBLK_STRIP=1 bash "$ROOT/packaging/install.sh" "$BIN" "$S"
 files() { (cd "$1" && find . -type f -printf '/%P\n' | LC_ALL=C sort); }
 # install.sh's list (the Debian package's less Debian's own files), with zsh's directory moved
 files "$S" | sed 's|/zsh/vendor-completions/|/zsh/site-functions/|' > "$work/install.list"
-strip --strip-unneeded --remove-section=.comment --remove-section=.note "$S/usr/sbin/srp-ublk"
 # the one place the two distributions differ: zsh's completions directory on Fedora and RHEL
 mkdir -p "$S/usr/share/zsh/site-functions"
 mv "$S/usr/share/zsh/vendor-completions/_srp-ublk" "$S/usr/share/zsh/site-functions/"

@@ -15,8 +15,8 @@ pub(crate) const LOG_ENV: &str = "SRP_UBLK_LOG_FILE";
 pub(crate) const JOURNAL_LOG: &str = "journal";
 
 /// Starts `srp-ublk ARGV` (an `add`) as a daemon in its own process group, logging under
-/// /run/srp-ublk/logs, and returns once it reports the device live (printing its path, or the JSON
-/// with `json`) or fails.
+/// /run/srp-ublk/logs (or to the journal, as `add` does under systemd), and returns once it reports
+/// the device live (printing its path, or the JSON with `json`) or fails.
 pub fn spawn_daemon(
     argv: &[std::ffi::OsString],
     login_timeout: u64,
@@ -40,10 +40,12 @@ pub fn spawn_daemon(
         Some(log)
     };
     let mut child = cmd.spawn().context("cannot start the srp-ublk daemon")?;
-    let log = match (file, srp_ublk::session::state::own_unit()) {
-        (Some(path), _) => path.display().to_string(),
-        (None, Some(unit)) => format!("the journal (journalctl -u {unit})"),
-        (None, None) => "the journal".to_string(),
+    let log = match file {
+        Some(path) => path.display().to_string(),
+        None => match srp_ublk::session::state::own_unit() {
+            Some(unit) => format!("the journal (journalctl -u {unit})"),
+            None => "the journal".to_string(),
+        },
     };
     let out = child.stdout.take().context("no pipe to the daemon")?;
     let (tx, rx) = std::sync::mpsc::channel();
