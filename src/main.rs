@@ -6,6 +6,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -38,4 +39,23 @@ fn main() -> ExitCode {
             ExitCode::from(cli::status::exit_of(&e) as u8)
         }
     }
+}
+
+/// `srp-ublk list | head -1`: Rust ignores SIGPIPE, so printing to a pipe whose reader left
+/// panics in `println!`; end as a program that kept SIGPIPE's default would, quietly with the
+/// shell's status for it (128 + 13), instead of a panic message.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(128 + 13);
+        }
+        default(info);
+    }));
 }

@@ -28,6 +28,20 @@ fn prometheus_text_parses_and_carries_the_counters() {
         "memory": {"domains": 1, "registrations": 4, "pinned_bytes": 25165824}
     });
     std::fs::write(dir.join("ublkb7.json"), state.to_string()).unwrap();
+    // a vhost-user-blk export beside it, with a name a label must escape
+    let export = serde_json::json!({
+        "name": "vm\"7", "kind": "vhost-user-blk", "listen": "/run/vm7.sock", "pid": 1,
+        "pid_start": 1, "updated_ms": 1, "target": "t", "lun": 3, "size": 1048576,
+        "block_size": 512, "read_only": false, "vendor": "V", "product": "P", "wwid": null,
+        "rdma_device": "rxe0", "depth": 64, "version": "v", "unit": null, "connections": 1,
+        "connections_total": 4, "max_connections": 1,
+        "queues": [{"qid": 0, "tid": 1, "req_lim_login": 128, "req_lim": 128, "cmds": 9,
+                    "credit_stalls": 0, "state": "running", "io": io,
+                    "zero_copy_bytes": 8192, "copied_bytes": 512}],
+        "memory": null
+    });
+    std::fs::create_dir_all(dir.join("exports")).unwrap();
+    std::fs::write(dir.join("exports/1.json"), export.to_string()).unwrap();
     let out = dir.join("srp-ublk.prom");
     let st = Command::new(env!("CARGO_BIN_EXE_srp-ublk"))
         .args(["stats", "--prometheus"])
@@ -43,6 +57,8 @@ text = open(sys.argv[1]).read()
 for fam in text_string_to_metric_families(text):
     for s in fam.samples:
         print(f"{fam.type} {s.name} {s.labels.get('le', '-')} {float(s.value)}")
+        if 'export' in s.labels and 'le' not in s.labels:
+            print(f"export {s.labels['export']} {s.labels['lun']} {s.name} {float(s.value)}")
 "#;
     let parsed = Command::new("/usr/bin/python3")
         .args(["-c", py])
@@ -77,6 +93,12 @@ for fam in text_string_to_metric_families(text):
         "histogram srp_ublk_io_latency_seconds_bucket 2.097151 5.0",
         "histogram srp_ublk_io_latency_seconds_bucket +Inf 6.0", // and 3 s
         "histogram srp_ublk_io_latency_seconds_count - 6.0",
+        "export vm\"7 3 srp_ublk_read_ops_total 5.0",
+        "export vm\"7 3 srp_ublk_export_connections 1.0",
+        "export vm\"7 3 srp_ublk_export_connections_total 4.0",
+        "export vm\"7 3 srp_ublk_zero_copy_bytes_total 8192.0",
+        "export vm\"7 3 srp_ublk_copied_bytes_total 512.0",
+        "export vm\"7 3 srp_ublk_queue_running 0.0",
     ];
     for w in want {
         assert!(text.lines().any(|l| l == w), "missing '{w}' in:\n{text}");

@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
 use srp_ublk::frontend::ublk::{
-    self as front, CapacityStatus, Handover, LinkState, LiveInfo, OnRemoved, PollMode, QueueStatus,
+    self as front, CapacityStatus, Handover, LiveInfo, OnRemoved, PollMode, QueueStatus,
     UblkOptions, UblkSource,
 };
 use srp_ublk::session::state::{DeviceState, QueueState};
@@ -684,18 +684,7 @@ fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus
     state.memory = Some(srp_ublk::rdma::mem::counts());
     state.version = Some(super::VERSION.to_string());
     for (q, s) in state.queues.iter_mut().zip(status) {
-        q.tid = s.tid.load(Relaxed);
-        q.req_lim = s.req_lim.load(Relaxed);
-        q.cmds = s.cmds.load(Relaxed);
-        q.credit_stalls = s.credit_stalls.load(Relaxed);
-        q.slot_stalls = s.slot_stalls.load(Relaxed);
-        q.buffer_stalls = s.buffer_stalls.load(Relaxed);
-        q.state = LinkState::from_u8(s.state.load(Relaxed)).as_str().into();
-        q.reconnects = s.reconnects.load(Relaxed);
-        q.luns_changed = s.luns_changed.load(Relaxed);
-        q.capacity_changed = s.capacity_changed.load(Relaxed);
-        q.aborts = s.aborts.load(Relaxed);
-        q.io = s.io.snapshot();
+        s.load_into(q);
     }
 }
 

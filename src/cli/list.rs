@@ -1,7 +1,9 @@
-//! `srp-ublk list`: devices, their targets, channels, credits and where each queue thread runs.
+//! `srp-ublk list`: devices and exports, their targets, channels, credits and where each queue
+//! thread runs.
 
 use clap::Args;
-use srp_ublk::session::state::DeviceState;
+use srp_ublk::session::exports::ExportState;
+use srp_ublk::session::state::{DeviceState, QueueState};
 use srp_ublk::session::timers::show_tmo;
 
 /// `srp-ublk list ...`
@@ -28,35 +30,48 @@ pub fn thread_cpus(pid: u32, tid: i32) -> String {
 /// Runs `list`.
 pub fn run(a: ListArgs) -> anyhow::Result<()> {
     let devs = DeviceState::all();
+    let exports = ExportState::all();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&json(&devs))?);
+        let j = serde_json::json!({"devices": json(&devs), "exports": exports_json(&exports)});
+        println!("{}", serde_json::to_string_pretty(&j)?);
         return Ok(());
     }
-    if devs.is_empty() {
-        println!("no srp-ublk devices");
+    if devs.is_empty() && exports.is_empty() {
+        println!("no srp-ublk devices or exports");
         return Ok(());
     }
     for d in &devs {
         print_device(d);
     }
-    println!("{}", host_total(&devs));
+    for e in &exports {
+        print_export(e);
+    }
+    println!("{}", host_total(&devs, &exports));
     Ok(())
 }
 
-/// The line that sums what the host's srp-ublk devices hold: devices, channels (one per queue)
-/// and the memory their daemons pinned (each daemon counted once).
-pub fn host_total(devs: &[DeviceState]) -> String {
-    let channels: usize = devs.iter().map(|d| d.queues.len()).sum();
-    let mut daemons: Vec<(u32, u64)> = devs
+/// The line that sums what the host's srp-ublk devices and exports hold: devices, exports,
+/// channels (one per queue) and the memory their processes pinned (each counted once).
+pub fn host_total(devs: &[DeviceState], exports: &[ExportState]) -> String {
+    let channels: usize = devs.iter().map(|d| d.queues.len()).sum::<usize>()
+        + exports.iter().map(|e| e.queues.len()).sum::<usize>();
+    let mut pinned: Vec<(u32, u64)> = devs
         .iter()
         .filter_map(|d| d.memory.as_ref().map(|m| (d.pid, m.pinned_bytes)))
+        .chain(
+            exports
+                .iter()
+                .filter(|e| e.alive())
+                .filter_map(|e| e.memory.as_ref().map(|m| (e.pid, m.pinned_bytes))),
+        )
         .collect();
-    daemons.sort_unstable();
-    daemons.dedup_by_key(|(pid, _)| *pid);
-    let pinned: u64 = daemons.iter().map(|(_, b)| b).sum();
+    pinned.sort_unstable();
+    pinned.dedup_by_key(|(pid, _)| *pid);
+    let pinned: u64 = pinned.iter().map(|(_, b)| b).sum();
     format!(
-        "total {} device(s), {channels} channel(s), {:.1} MiB pinned",
+        "total {} device(s), {} export(s), {channels} channel(s), {:.1} MiB pinned",
         devs.len(),
+        exports.len(),
         pinned as f64 / (1u64 << 20) as f64
     )
 }
@@ -73,15 +88,109 @@ fn json(devs: &[DeviceState]) -> Vec<serde_json::Value> {
                 "daemon gone"
             }
             .into();
-            if let Some(qs) = j["queues"].as_array_mut() {
-                for q in qs {
-                    let tid = q["tid"].as_i64().unwrap_or(0) as i32;
-                    q["cpus"] = thread_cpus(d.pid, tid).into();
-                }
-            }
+            add_cpus(&mut j, d.pid);
             j
         })
         .collect()
+}
+
+/// Each queue thread's CPUs, in a state file's JSON.
+fn add_cpus(j: &mut serde_json::Value, pid: u32) {
+    if let Some(qs) = j["queues"].as_array_mut() {
+        for q in qs {
+            let tid = q["tid"].as_i64().unwrap_or(0) as i32;
+            q["cpus"] = thread_cpus(pid, tid).into();
+        }
+    }
+}
+
+/// `list --json`'s exports: each export's state file, with whether its server runs.
+fn exports_json(exports: &[ExportState]) -> Vec<serde_json::Value> {
+    exports
+        .iter()
+        .map(|e| {
+            let mut j = serde_json::to_value(e).unwrap_or_default();
+            j["state"] = if e.alive() { "running" } else { "server gone" }.into();
+            add_cpus(&mut j, e.pid);
+            j
+        })
+        .collect()
+}
+
+/// One export's lines of `list`.
+fn print_export(e: &ExportState) {
+    let running = if e.alive() {
+        "running"
+    } else {
+        "SERVER GONE (stopped without removing its state file: its unit restarts it, or start \
+         it again)"
+    };
+    println!(
+        "export {}  {} {}  {} {}  {} MiB{}  lun {}  {} of {} connection(s), {} since start  {}  pid {}",
+        e.name,
+        e.kind,
+        e.listen,
+        e.vendor,
+        e.product,
+        e.size >> 20,
+        if e.read_only { " read-only" } else { "" },
+        e.lun,
+        e.connections,
+        e.max_connections,
+        e.connections_total,
+        running,
+        e.pid
+    );
+    println!("    target {}", e.target);
+    println!("    server version {}", e.version);
+    if let Some(u) = &e.unit {
+        println!("    unit {u}");
+    }
+    if let Some(w) = &e.wwid {
+        println!("    wwid {w}");
+    }
+    if let Some(m) = &e.memory {
+        print_memory(m);
+    }
+    for q in &e.queues {
+        print_queue(e.pid, &e.rdma_device, q);
+    }
+}
+
+fn print_memory(m: &srp_ublk::rdma::mem::MemCounts) {
+    println!(
+        "    memory {} protection domain(s), {} data registration(s), {} KiB pinned",
+        m.domains,
+        m.registrations,
+        m.pinned_bytes >> 10
+    );
+}
+
+/// A queue's line: its channel, its thread and its counters.
+fn print_queue(pid: u32, rdma_device: &str, q: &QueueState) {
+    let copies = if q.zero_copy_bytes + q.copied_bytes > 0 {
+        format!(
+            " zero copy {} MiB copied {} MiB",
+            q.zero_copy_bytes >> 20,
+            q.copied_bytes >> 20
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "    q{} channel {} via {}: tid {} cpus {} credits {} (login {}) cmds {} credit stalls {} \
+         reconnects {}{copies}",
+        q.qid,
+        q.state,
+        rdma_device,
+        q.tid,
+        thread_cpus(pid, q.tid),
+        q.req_lim,
+        q.req_lim_login,
+        q.cmds,
+        q.credit_stalls,
+        q.reconnects
+    );
 }
 
 /// One device's lines of `list`.
@@ -145,26 +254,9 @@ fn print_device(d: &DeviceState) {
         );
     }
     if let Some(m) = &d.memory {
-        println!(
-            "    memory {} protection domain(s), {} data registration(s), {} KiB pinned",
-            m.domains,
-            m.registrations,
-            m.pinned_bytes >> 10
-        );
+        print_memory(m);
     }
     for q in &d.queues {
-        println!(
-            "    q{} channel {} via {}: tid {} cpus {} credits {} (login {}) cmds {} credit stalls {} reconnects {}",
-            q.qid,
-            q.state,
-            d.rdma_device,
-            q.tid,
-            thread_cpus(d.pid, q.tid),
-            q.req_lim,
-            q.req_lim_login,
-            q.cmds,
-            q.credit_stalls,
-            q.reconnects
-        );
+        print_queue(d.pid, &d.rdma_device, q);
     }
 }

@@ -67,6 +67,10 @@ const FILES: &[(&str, &str)] = &[
          recover and upgrade read",
     ),
     (
+        "/run/srp-ublk/exports/PID.json",
+        "the state of an export served by `srp-ublk serve` (process PID): what list and stats read",
+    ),
+    (
         "/run/srp-ublk/logs/",
         "the log of each daemon started by add (under systemd: the unit's journal instead)",
     ),
@@ -133,8 +137,14 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     (
         "srp-ublk-list",
         &[
-            ("Devices, targets, channels and credits:", "srp-ublk list"),
-            ("The same for scripts:", "srp-ublk list --json"),
+            (
+                "Devices and exports, targets, channels and credits:",
+                "srp-ublk list",
+            ),
+            (
+                "The same for scripts (an object: devices, exports):",
+                "srp-ublk list --json",
+            ),
         ],
     ),
     (
@@ -157,7 +167,14 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     (
         "srp-ublk-stats",
         &[
-            ("Rates and latencies of every device:", "srp-ublk stats"),
+            (
+                "Rates and latencies of every device and export:",
+                "srp-ublk stats",
+            ),
+            (
+                "One export's, over 10 s, for scripts:",
+                "srp-ublk stats --export vm7 --interval 10 --json",
+            ),
             (
                 "For node_exporter's textfile collector:",
                 "srp-ublk stats --prometheus /var/lib/prometheus/node-exporter/srp-ublk.prom",

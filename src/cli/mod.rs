@@ -6,6 +6,7 @@ mod daemon;
 pub mod del;
 pub mod device;
 pub mod discover;
+mod exported;
 pub mod features;
 pub mod list;
 pub mod logfile;

@@ -7,7 +7,9 @@ use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
 use srp_ublk::channel::block::Geometry;
 use srp_ublk::channel::block::WriteCache;
 use srp_ublk::frontend::nbd::{self, Export, Limits, Listen, Source};
+use srp_ublk::frontend::status::ExportStatus;
 use srp_ublk::rdma::verbs_device_present;
+use srp_ublk::session::exports::ExportState;
 use srp_ublk::session::state::LunIdentity;
 use srp_ublk::session::{detached_channels, Relogin, Session, SrpChannel, MAX_IO_BYTES};
 use srp_ublk::wire::target::TargetSpec;
@@ -204,6 +206,10 @@ struct NbdHandover {
     lun: u64,
     rdma_device: String,
     identity: LunIdentity,
+    #[serde(default)]
+    vendor: String,
+    #[serde(default)]
+    product: String,
 }
 
 /// The environment variable that carries an [`NbdHandover`] (JSON) to the new image.
@@ -238,6 +244,8 @@ fn opened(
         lun: s.lun.lun,
         rdma_device: s.rdma_device.clone(),
         identity: s.lun.identity(),
+        vendor: s.lun.inquiry.vendor.clone(),
+        product: s.lun.inquiry.product.clone(),
     };
     Ok((h, s.channels, s.relogin))
 }
@@ -320,6 +328,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     if let Some(config) = &a.config {
         return run(read_export(config)?);
     }
+    super::exported::stop_removes_state()?;
     if let Some(socket) = &a.vhost_user_blk {
         return super::vhost::run(&a, socket);
     }
@@ -336,15 +345,17 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         bail!("--socket-group is for a unix socket; a TCP export is guarded by TLS (--tls-ca)");
     }
     let socket_group = a.socket_group()?;
-    let export = match (&a.target, &a.backend) {
-        (Some(t), None) => srp_export(&a, t)?,
-        (None, Some(b)) => demo_export(&a, b)?,
-        _ => bail!("give --target STRING (an SRP target) or --backend null:SIZE|mem:SIZE"),
-    };
     let where_ = match &listen {
         Listen::Unix(p) => format!("unix:{}", p.display()),
         Listen::Tcp(a) => format!("tcp:{a}"),
     };
+    let (export, mut state) = match (&a.target, &a.backend) {
+        (Some(t), None) => srp_export(&a, t, &where_)?,
+        (None, Some(b)) => demo_export(&a, b, &where_)?,
+        _ => bail!("give --target STRING (an SRP target) or --backend null:SIZE|mem:SIZE"),
+    };
+    state.max_connections = a.max_connections;
+    let status = export.status.clone();
     let name = a.name.clone();
     super::daemon::protect_from_reclaim();
     let limits = Limits {
@@ -355,17 +366,33 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     nbd::serve(&listen, Arc::new(export), limits, tls, || {
         println!("serving NBD export '{name}' on {where_}");
         let _ = std::io::stdout().flush();
+        super::exported::publish(state, status);
     })
     .with_context(|| format!("cannot serve on {where_}"))
 }
 
-/// An export of the SRP LUN `t` names, taken over from a previous image or logged in afresh.
-fn srp_export(a: &ServeArgs, t: &str) -> anyhow::Result<Export> {
+/// An export of the SRP LUN `t` names, taken over from a previous image or logged in afresh, and
+/// its state file's view, listening on `listen`.
+fn srp_export(a: &ServeArgs, t: &str, listen: &str) -> anyhow::Result<(Export, ExportState)> {
     let target = a.session.apply(TargetSpec::parse(t)?);
     let timers = a.timer_args.timers()?;
     let (h, channels, relogin) = match std::env::var(HANDOVER_ENV) {
         Ok(json) => taken_over(a, &target, &json)?,
         Err(_) => opened(a, &target)?,
+    };
+    let status = Arc::new(ExportStatus::new(channels.len()));
+    let state = ExportState {
+        target: target.to_string(),
+        lun: h.lun,
+        size: h.identity.size,
+        block_size: h.identity.block_size,
+        read_only: h.read_only,
+        vendor: h.vendor.clone(),
+        product: h.product.clone(),
+        wwid: h.identity.wwid.clone(),
+        rdma_device: h.rdma_device.clone(),
+        depth: h.depth,
+        ..super::exported::base(&a.name, "nbd", listen.to_string(), &status)
     };
     let export = Export {
         name: a.name.clone(),
@@ -387,20 +414,30 @@ fn srp_export(a: &ServeArgs, t: &str) -> anyhow::Result<Export> {
             relogin,
             timers,
         },
+        status,
     };
     watch_device(h);
-    Ok(export)
+    Ok((export, state))
 }
 
-/// An export of a demo backend (`null:SIZE`, `mem:SIZE`).
-fn demo_export(a: &ServeArgs, b: &str) -> anyhow::Result<Export> {
+/// An export of a demo backend (`null:SIZE`, `mem:SIZE`), and its state file's view.
+fn demo_export(a: &ServeArgs, b: &str, listen: &str) -> anyhow::Result<(Export, ExportState)> {
     let (kind, size) = parse_spec(b)?;
     tracing::warn!("serving the {b} demo backend: this is not storage");
     let source = match kind {
         DemoKind::Mem => Source::Mem(Arc::new(MemDisk::new(size))),
         DemoKind::Null => Source::Null,
     };
-    Ok(Export {
+    let status = Arc::new(ExportStatus::new(0));
+    let state = ExportState {
+        target: format!("backend {b} (demo, not storage)"),
+        size,
+        block_size: 512,
+        vendor: "srp-ublk".into(),
+        product: format!("demo {b}"),
+        ..super::exported::base(&a.name, "nbd", listen.to_string(), &status)
+    };
+    let export = Export {
         name: a.name.clone(),
         size,
         min_block: 512,
@@ -415,7 +452,9 @@ fn demo_export(a: &ServeArgs, b: &str) -> anyhow::Result<Export> {
         lba_status: AtomicBool::new(false),
         write_same: AtomicBool::new(true),
         source,
-    })
+        status,
+    };
+    Ok((export, state))
 }
 
 /// The TLS setup a listener needs: required for TCP unless `--no-tls` (which is warned about),

@@ -100,7 +100,11 @@ fn live_summary(id: u32) -> String {
         ),
         None => format!("/dev/ublkb{id}"),
     };
-    format!("{this}; on this host: {}", super::list::host_total(&all))
+    let exports = srp_ublk::session::exports::ExportState::all();
+    format!(
+        "{this}; on this host: {}",
+        super::list::host_total(&all, &exports)
+    )
 }
 
 /// Waits for the daemon's READY (the device is up: its name, or the READY line with `json`) or

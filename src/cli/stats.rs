@@ -1,10 +1,12 @@
-//! `srp-ublk stats`: what each device and queue is doing, from the counters its daemon publishes in
-//! the state file: rates over an interval (IOPS and MB/s read and written, latency percentiles),
+//! `srp-ublk stats`: what each device, export and queue is doing, from the counters its daemon or
+//! server publishes in its state file: rates over an interval (IOPS and MB/s read and written, latency percentiles),
 //! credit stalls, reconnects, aborts and errors; or every counter in the Prometheus text format, for
 //! node_exporter's textfile collector.
 
 use anyhow::{bail, Context};
 use clap::Args;
+use srp_ublk::rdma::mem::MemCounts;
+use srp_ublk::session::exports::ExportState;
 use srp_ublk::session::state::{DeviceState, QueueState};
 use srp_ublk::stats::{bucket_upper_us, IoCounters, BUCKETS};
 use std::fmt::Write as _;
@@ -14,9 +16,12 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// One device: N, /dev/ublkbN or a path that leads to it (/dev/disk/by-id/...); default:
-    /// every srp-ublk device.
+    /// every srp-ublk device and export.
     #[arg(short = 'n', long = "number", value_name = "DEVICE", value_parser = super::device::parse)]
     pub id: Option<u32>,
+    /// One export (`srp-ublk serve`'s --name, as `srp-ublk list` shows it).
+    #[arg(long, value_name = "NAME", conflicts_with = "id")]
+    pub export: Option<String>,
     /// Seconds over which rates are measured, at least: between two of the daemons' counter
     /// updates (every 2 s) that far apart.
     #[arg(long, default_value_t = 2.0)]
@@ -30,22 +35,92 @@ pub struct StatsArgs {
     pub prometheus: Option<String>,
 }
 
-fn devices(id: Option<u32>) -> anyhow::Result<Vec<DeviceState>> {
-    match id {
-        Some(id) => Ok(vec![DeviceState::read(&DeviceState::path(id))
-            .with_context(|| {
-                super::status::not_found(format!(
-                    "no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"
-                ))
-            })?]),
-        None => Ok(DeviceState::all()),
+/// What `stats` reports on: a device or an export, with its queues.
+struct Subject {
+    /// What tells it apart from the others in one run (a device's number, an export's server).
+    key: String,
+    /// `/dev/ublkbN` or `export NAME`.
+    name: String,
+    /// Its Prometheus labels: `device="ublkbN",lun="L"` or `export="NAME",lun="L"`.
+    label: String,
+    updated_ms: u64,
+    alive: bool,
+    queues: Vec<QueueState>,
+    memory: Option<MemCounts>,
+    /// An export's clients: connected now, and since it started.
+    connections: Option<(u64, u64)>,
+    /// A vhost-user-blk export (its queues count zero-copy and copied bytes).
+    vhost: bool,
+}
+
+impl Subject {
+    fn device(d: DeviceState) -> Subject {
+        Subject {
+            key: format!("ublkb{}", d.dev_id),
+            label: format!("device=\"ublkb{}\",lun=\"{}\"", d.dev_id, d.lun),
+            alive: super::daemon::alive(&d),
+            name: d.bdev,
+            updated_ms: d.updated_ms,
+            queues: d.queues,
+            memory: d.memory,
+            connections: None,
+            vhost: false,
+        }
     }
+
+    fn export(e: ExportState) -> Subject {
+        Subject {
+            key: format!("export {} {}", e.name, e.pid),
+            name: format!("export {}", e.name),
+            label: format!("export=\"{}\",lun=\"{}\"", label_value(&e.name), e.lun),
+            alive: e.alive(),
+            updated_ms: e.updated_ms,
+            queues: e.queues,
+            memory: e.memory,
+            connections: Some((e.connections, e.connections_total)),
+            vhost: e.kind == "vhost-user-blk",
+        }
+    }
+}
+
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn subjects(a: &StatsArgs) -> anyhow::Result<Vec<Subject>> {
+    if let Some(id) = a.id {
+        let d = DeviceState::read(&DeviceState::path(id)).with_context(|| {
+            super::status::not_found(format!(
+                "no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"
+            ))
+        })?;
+        return Ok(vec![Subject::device(d)]);
+    }
+    let exports = ExportState::all().into_iter();
+    let Some(name) = &a.export else {
+        let devs = DeviceState::all().into_iter().map(Subject::device);
+        return Ok(devs.chain(exports.map(Subject::export)).collect());
+    };
+    let found: Vec<Subject> = exports
+        .filter(|e| &e.name == name)
+        .map(Subject::export)
+        .collect();
+    if found.is_empty() {
+        return Err(super::status::not_found(format!(
+            "no srp-ublk export named '{name}' (see `srp-ublk list`)"
+        ))
+        .into());
+    }
+    Ok(found)
 }
 
 /// Runs `stats`.
 pub fn run(a: StatsArgs) -> anyhow::Result<()> {
     if let Some(out) = &a.prometheus {
-        let text = prometheus(&devices(a.id)?);
+        let text = prometheus(&subjects(&a)?);
         if out == "-" {
             print!("{text}");
             return Ok(());
@@ -57,16 +132,16 @@ pub fn run(a: StatsArgs) -> anyhow::Result<()> {
     if !(a.interval > 0.0 && a.interval <= 3600.0) {
         bail!("--interval {}: give seconds from 0.1 to 3600", a.interval);
     }
-    let before = devices(a.id)?;
+    let before = subjects(&a)?;
     std::thread::sleep(Duration::from_secs_f64(a.interval));
     // then the next update of every device's counters (a dead daemon's never comes)
     let deadline = Instant::now() + Duration::from_secs(5);
     let after = loop {
-        let now = devices(a.id)?;
+        let now = subjects(&a)?;
         let fresh = now.iter().all(|d| {
             before
                 .iter()
-                .find(|b| b.dev_id == d.dev_id)
+                .find(|b| b.key == d.key)
                 .is_none_or(|b| d.updated_ms > b.updated_ms)
         });
         if fresh || Instant::now() > deadline {
@@ -77,7 +152,7 @@ pub fn run(a: StatsArgs) -> anyhow::Result<()> {
     let rows: Vec<Rates> = after
         .iter()
         .map(|d| {
-            let was = before.iter().find(|b| b.dev_id == d.dev_id);
+            let was = before.iter().find(|b| b.key == d.key);
             let ms = was.map_or(0, |w| d.updated_ms.saturating_sub(w.updated_ms));
             let secs = if ms > 0 {
                 ms as f64 / 1000.0
@@ -100,7 +175,7 @@ pub fn run(a: StatsArgs) -> anyhow::Result<()> {
 /// One device's (or queue's) rates over the interval.
 #[derive(Debug, serde::Serialize)]
 struct Rates {
-    /// `/dev/ublkbN`, or `qN` for a queue.
+    /// `/dev/ublkbN`, `export NAME`, or `qN` for a queue.
     name: String,
     read_iops: f64,
     read_mb_s: f64,
@@ -112,6 +187,9 @@ struct Rates {
     errors: u64,
     #[serde(flatten)]
     events: Events,
+    /// An export's clients connected now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connections: Option<u64>,
     queues: Vec<Rates>,
 }
 
@@ -141,7 +219,7 @@ impl Events {
 }
 
 impl Rates {
-    fn of(d: &DeviceState, was: Option<&DeviceState>, secs: f64) -> Rates {
+    fn of(d: &Subject, was: Option<&Subject>, secs: f64) -> Rates {
         let queues: Vec<Rates> = d
             .queues
             .iter()
@@ -170,7 +248,10 @@ impl Rates {
             all.add(&q.io.since(&b.map(|b| b.io.clone()).unwrap_or_default()));
         }
         let events = Events::sum(queues.iter().map(|q| q.events));
-        Rates::from_io(d.bdev.clone(), &all, secs, events, queues)
+        Rates {
+            connections: d.connections.map(|c| c.0),
+            ..Rates::from_io(d.name.clone(), &all, secs, events, queues)
+        }
     }
 
     fn from_io(
@@ -192,6 +273,7 @@ impl Rates {
             latency_us: pct[0].map(|_| pct.map(|p| p.unwrap_or(0))),
             errors: io.errors,
             events,
+            connections: None,
             queues,
         }
     }
@@ -224,7 +306,10 @@ impl Rates {
     }
 
     fn text(&self) -> String {
-        let mut s = format!("{}  {}\n", self.name, self.line());
+        let clients = self
+            .connections
+            .map_or(String::new(), |c| format!("  connections {c}"));
+        let mut s = format!("{}  {}{clients}\n", self.name, self.line());
         for q in &self.queues {
             let _ = writeln!(s, "    {}  {}", q.name, q.line());
         }
@@ -298,19 +383,15 @@ const COUNTERS: [(&str, &str, CounterGet); 11] = [
     ),
 ];
 
-/// Every counter of `devs`, in the Prometheus text format (what node_exporter's textfile collector
-/// reads), names after the Prometheus conventions (`_total` counters, base units: bytes, seconds).
-fn prometheus(devs: &[DeviceState]) -> String {
-    let label = |d: &DeviceState, q: u16| {
-        format!(
-            "device=\"ublkb{}\",lun=\"{}\",queue=\"{q}\"",
-            d.dev_id, d.lun
-        )
-    };
+/// Every counter of `subjects`, in the Prometheus text format (what node_exporter's textfile
+/// collector reads), names after the Prometheus conventions (`_total` counters, base units: bytes,
+/// seconds). Devices are labelled `device`, exports `export`; both `lun` and `queue`.
+fn prometheus(subjects: &[Subject]) -> String {
+    let label = |d: &Subject, q: u16| format!("{},queue=\"{q}\"", d.label);
     let mut s = String::new();
     for (name, help, get) in COUNTERS {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
-        for d in devs {
+        for d in subjects {
             for q in &d.queues {
                 let _ = writeln!(s, "{name}{{{}}} {}", label(d, q.qid), get(q));
             }
@@ -318,16 +399,17 @@ fn prometheus(devs: &[DeviceState]) -> String {
     }
     let name = "srp_ublk_queue_running";
     let _ = writeln!(s, "# HELP {name} 1 while the queue's SRP channel carries I/O, 0 while it is down.\n# TYPE {name} gauge");
-    for d in devs {
+    for d in subjects {
         for q in &d.queues {
-            let up = u8::from(q.state == "running" && super::daemon::alive(d));
+            let up = u8::from(q.state == "running" && d.alive);
             let _ = writeln!(s, "{name}{{{}}} {up}", label(d, q.qid));
         }
     }
-    memory(&mut s, devs);
+    memory(&mut s, subjects);
+    exports(&mut s, subjects);
     let name = "srp_ublk_io_latency_seconds";
-    let _ = writeln!(s, "# HELP {name} Time from the block layer's request to its completion.\n# TYPE {name} histogram");
-    for d in devs {
+    let _ = writeln!(s, "# HELP {name} Time from the request (the block layer's, the NBD client's SRP command, the guest's) to its completion.\n# TYPE {name} histogram");
+    for d in subjects {
         for q in &d.queues {
             latency_histogram(&mut s, name, &label(d, q.qid), q);
         }
@@ -335,9 +417,10 @@ fn prometheus(devs: &[DeviceState]) -> String {
     s
 }
 
-/// Each device's daemon's registrations with its RDMA devices (absent for older daemons).
-fn memory(s: &mut String, devs: &[DeviceState]) {
-    type Get = fn(&srp_ublk::rdma::mem::MemCounts) -> u64;
+/// Each device's daemon's (and export's server's) registrations with its RDMA devices (absent
+/// for older daemons).
+fn memory(s: &mut String, subjects: &[Subject]) {
+    type Get = fn(&MemCounts) -> u64;
     let metrics: [(&str, &str, &str, Get); 3] = [
         (
             "srp_ublk_protection_domains_total",
@@ -361,10 +444,57 @@ fn memory(s: &mut String, devs: &[DeviceState]) {
     ];
     for (name, kind, help, get) in metrics {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for d in devs {
+        for d in subjects {
             if let Some(m) = &d.memory {
-                let l = format!("device=\"ublkb{}\",lun=\"{}\"", d.dev_id, d.lun);
-                let _ = writeln!(s, "{name}{{{l}}} {}", get(m));
+                let _ = writeln!(s, "{name}{{{}}} {}", d.label, get(m));
+            }
+        }
+    }
+}
+
+/// Exports' clients, and the bytes each vhost-user-blk queue moved without and with a copy.
+fn exports(s: &mut String, subjects: &[Subject]) {
+    type Get = fn((u64, u64)) -> u64;
+    let clients: [(&str, &str, &str, Get); 2] = [
+        (
+            "srp_ublk_export_connections",
+            "gauge",
+            "Clients connected to the export now.",
+            |c| c.0,
+        ),
+        (
+            "srp_ublk_export_connections_total",
+            "counter",
+            "Clients that connected to the export since its server started.",
+            |c| c.1,
+        ),
+    ];
+    for (name, kind, help, get) in clients {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for d in subjects {
+            if let Some(c) = d.connections {
+                let _ = writeln!(s, "{name}{{{}}} {}", d.label, get(c));
+            }
+        }
+    }
+    let copies: [(&str, &str, CounterGet); 2] = [
+        (
+            "srp_ublk_zero_copy_bytes_total",
+            "Data bytes the target moved straight to or from a guest's memory (vhost-user-blk).",
+            |q| q.zero_copy_bytes,
+        ),
+        (
+            "srp_ublk_copied_bytes_total",
+            "Data bytes copied through the queue's buffers (vhost-user-blk requests one SRP \
+             command cannot carry as they are).",
+            |q| q.copied_bytes,
+        ),
+    ];
+    for (name, help, get) in copies {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+        for d in subjects.iter().filter(|d| d.vhost) {
+            for q in &d.queues {
+                let _ = writeln!(s, "{name}{{{},queue=\"{}\"}} {}", d.label, q.qid, get(q));
             }
         }
     }

@@ -7,6 +7,7 @@ use anyhow::Context;
 use srp_ublk::frontend::vhost::{self, Backend, Device};
 use srp_ublk::path::Path;
 use srp_ublk::rdma::TagBufs;
+use srp_ublk::session::exports::ExportState;
 use srp_ublk::session::rport::Rport;
 use srp_ublk::session::{Session, MAX_IO_BYTES};
 use srp_ublk::wire::target::TargetSpec;
@@ -95,9 +96,26 @@ pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
     );
     super::daemon::protect_from_reclaim();
     let backend = Arc::new(Backend::new(dev, paths)?);
+    let status = backend.status();
+    let listen = socket.display().to_string();
+    let state = ExportState {
+        target: target.to_string(),
+        lun: s.lun.lun,
+        size: s.lun.size(),
+        block_size: bs,
+        read_only: s.lun.read_only,
+        vendor: s.lun.inquiry.vendor.clone(),
+        product: s.lun.inquiry.product.clone(),
+        wwid: s.lun.wwid.clone(),
+        rdma_device: s.rdma_device.clone(),
+        depth: s.depth,
+        max_connections: 1,
+        ..super::exported::base(&a.name, "vhost-user-blk", listen, &status)
+    };
     vhost::serve(socket, group, backend, || {
         println!("serving vhost-user-blk on {}", socket.display());
         let _ = std::io::stdout().flush();
+        super::exported::publish(state, status);
     })
     .with_context(|| format!("cannot serve vhost-user-blk on {}", socket.display()))
 }

@@ -10,6 +10,7 @@
 
 use crate::backend::MemDisk;
 use crate::channel::block::{BlockOp, FuaWrite, Geometry, WriteCache, LBA_STATUS_BYTES};
+use crate::frontend::status::ExportStatus;
 use crate::path::{Connect, Event, Woken};
 use crate::session::timers::Timers;
 use crate::session::Relogin;
@@ -18,6 +19,7 @@ mod extents;
 mod handshake;
 mod listen;
 mod pool;
+mod reply;
 mod split;
 mod tls;
 
@@ -27,6 +29,7 @@ use handshake::{bad, handshake, Negotiated};
 pub use listen::{Limits, Listen, ListenError};
 use listen::{Stream, Timed};
 pub use pool::Pool;
+use reply::{error_reply, read_reply_header};
 pub use split::MAX_REQUEST;
 use split::{too_large, Splits};
 use std::io::{self, Read, Write};
@@ -91,6 +94,8 @@ pub struct Export {
     /// WRITE_ZEROES is WRITE SAME: the LUN has it ([`Geometry::write_same`]) and has not refused
     /// it. Otherwise zeros are written, `max_io` at a time, and FAST_ZERO is refused.
     pub write_same: AtomicBool,
+    /// The connections and each channel's counters, for `srp-ublk list` and `stats`.
+    pub status: Arc<ExportStatus>,
 }
 
 impl Export {
@@ -131,6 +136,7 @@ pub fn serve(
     ready: impl FnOnce(),
 ) -> io::Result<()> {
     listen::serve(listen, limits, ready, move |s| {
+        let _counted = export.status.connected();
         if let Err(e) = connection(s, &export, limits.handshake_timeout, tls.clone()) {
             tracing::info!("NBD connection ended: {e}");
         }
@@ -241,28 +247,6 @@ const SOCKET_SPIN: Duration = Duration::from_micros(50);
 /// The longest sleep of a connection whose path has no timed work: a backstop, as everything
 /// that needs the connection (the socket, a completion, the target's disconnect) wakes it.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
-
-/// The header of a successful read's reply of `len` bytes at `off` (the data follows it): one
-/// data chunk once structured replies are on, a simple reply otherwise.
-fn read_reply_header(out: &mut Vec<u8>, neg: Negotiated, cookie: u64, off: u64, len: u32) {
-    if neg.structured {
-        let (flags, kind) = (nbd::chunk::FLAG_DONE, nbd::chunk::OFFSET_DATA);
-        out.extend_from_slice(&nbd::chunk_header(flags, kind, cookie, 8 + len));
-        out.extend_from_slice(&off.to_be_bytes());
-    } else {
-        out.extend_from_slice(&nbd::simple_reply(0, cookie));
-    }
-}
-
-/// An error reply: a structured error chunk for a READ once structured replies are on (its success
-/// is a chunk too), a simple reply otherwise.
-fn error_reply(out: &mut Vec<u8>, neg: Negotiated, read: bool, e: u32, cookie: u64) {
-    if neg.structured && read && e != 0 {
-        out.extend_from_slice(&nbd::error_chunk(e, cookie));
-    } else {
-        out.extend_from_slice(&nbd::simple_reply(e, cookie));
-    }
-}
 
 fn transmission(s: Stream, ex: &Export, exec: Exec, neg: Negotiated) -> io::Result<()> {
     let depth = ex.depth();
@@ -817,6 +801,7 @@ mod tests {
             lba_status: AtomicBool::new(false),
             write_same: AtomicBool::new(true),
             source: Source::Null,
+            status: Arc::default(),
         }
     }
 

@@ -9,16 +9,15 @@
 
 use crate::backend::MemDisk;
 use crate::channel::block::{FuaWrite, Geometry};
-use crate::path::{Path, SessionLink};
-pub use crate::session::rport::LinkState;
+pub use crate::frontend::status::{LinkState, QueueStatus};
+use crate::path::SessionLink;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
 use crate::session::{LunInfo, Relogin, Session, SrpChannel};
-use crate::stats::{IoCounters, SharedIo};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::io::UblkDev;
 use libublk::{sys, UblkFlags};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -30,56 +29,6 @@ mod zeroing;
 use capacity::CapacityWatch;
 use demo::serve_demo;
 use queue::run_queue;
-
-/// One queue's live counters, published by its thread only when it is about to sleep or every
-/// 1024 loops (relaxed stores to its own cache line: nothing on the I/O path is shared) and read by
-/// the daemon's state writer.
-#[repr(align(64))]
-#[derive(Debug, Default)]
-pub struct QueueStatus {
-    /// The queue thread's tid (0 until it runs).
-    pub tid: AtomicI32,
-    /// Credits now.
-    pub req_lim: AtomicI32,
-    /// SRP_CMDs sent.
-    pub cmds: AtomicU64,
-    /// Credit stalls.
-    pub credit_stalls: AtomicU64,
-    /// Waits for a free send slot.
-    pub slot_stalls: AtomicU64,
-    /// Waits for room in the queue's buffers.
-    pub buffer_stalls: AtomicU64,
-    /// The channel's [`LinkState`].
-    pub state: AtomicU8,
-    /// Reconnects that succeeded.
-    pub reconnects: AtomicU64,
-    /// REPORTED LUNS DATA HAS CHANGED unit attentions seen (`up --supervise` then looks for new LUNs).
-    pub luns_changed: AtomicU64,
-    /// CAPACITY DATA HAS CHANGED unit attentions seen (the daemon then re-reads the capacity).
-    pub capacity_changed: AtomicU64,
-    /// Commands that timed out and were aborted (ABORT TASK).
-    pub aborts: AtomicU64,
-    /// Operations, bytes, errors and latencies (`srp-ublk stats`).
-    pub io: SharedIo,
-}
-
-impl QueueStatus {
-    fn publish(&self, path: &Path<Relogin>, io: &IoCounters) {
-        let ch = path.channel();
-        let st = ch.stats();
-        self.reconnects.store(path.reconnects(), Relaxed);
-        self.aborts.store(st.timeouts, Relaxed);
-        self.io.publish(io);
-        self.req_lim.store(ch.req_lim(), Relaxed);
-        self.cmds.store(st.cmds, Relaxed);
-        self.credit_stalls.store(st.credit_stalls, Relaxed);
-        self.slot_stalls.store(st.slot_stalls, Relaxed);
-        self.buffer_stalls.store(path.buffer_stalls(), Relaxed);
-        self.luns_changed.store(st.luns_changed, Relaxed);
-        self.capacity_changed.store(st.capacity_changed, Relaxed);
-        self.state.store(path.state() as u8, Relaxed);
-    }
-}
 
 /// The device's size, kept by its capacity checks (the `capacity` thread): a check runs when a
 /// queue meets CAPACITY DATA HAS CHANGED and when asked (`check`: SIGHUP, `srp-ublk resize`).

@@ -17,6 +17,7 @@ pub use translate::fuzz_chain;
 pub use worker::Counters;
 
 use crate::channel::block::Geometry;
+use crate::frontend::status::ExportStatus;
 use crate::path::{Connect, Path};
 use crate::session::Relogin;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed};
@@ -82,6 +83,7 @@ pub struct Backend<C: Connect = Relogin> {
     outstanding: Vec<Arc<AtomicU16>>,
     mem: GuestMem,
     event_idx: AtomicBool,
+    status: Arc<ExportStatus>,
 }
 
 /// What went wrong serving.
@@ -113,9 +115,10 @@ impl<C: Connect> Backend<C> {
     /// A backend over `paths`, one per queue.
     pub fn new(dev: Device, paths: Vec<Path<C>>) -> Result<Backend<C>, VhostError> {
         let dev = Arc::new(dev);
+        let status = Arc::new(ExportStatus::new(paths.len()));
         let mut workers = Vec::new();
         for (queue, p) in paths.into_iter().enumerate() {
-            let w = Worker::new(queue as u16, p, dev.clone())
+            let w = Worker::new(queue as u16, p, dev.clone(), status.clone())
                 .map_err(|source| VhostError::Worker { queue, source })?;
             workers.push(w);
         }
@@ -125,7 +128,13 @@ impl<C: Connect> Backend<C> {
             dev,
             mem: GuestMem::default(),
             event_idx: AtomicBool::new(false),
+            status,
         })
+    }
+
+    /// The VMM connections and each queue's counters, for `srp-ublk list` and `stats`.
+    pub fn status(&self) -> Arc<ExportStatus> {
+        self.status.clone()
     }
 
     fn worker(&self, q: usize) -> std::sync::MutexGuard<'_, Worker<C>> {
@@ -316,7 +325,10 @@ where
             h.register_listener(w.fd(), EventSet::IN, listener_id(queues, q))
                 .map_err(|e| err(format!("watching queue {q}'s channel: {e}")))?;
         }
-        let ended = daemon.start(&mut listener).and_then(|()| daemon.wait());
+        let ended = daemon.start(&mut listener).and_then(|()| {
+            let _counted = backend.status.connected();
+            daemon.wait()
+        });
         for h in &handlers {
             h.send_exit_event();
         }

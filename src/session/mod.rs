@@ -15,6 +15,7 @@ use state::{LunChanged, LunIdentity};
 use std::time::Duration;
 
 pub mod discover;
+pub mod exports;
 pub mod ib_discover;
 pub mod ids;
 pub mod rport;

@@ -50,6 +50,16 @@ pub struct QueueState {
     /// Operations, bytes, errors and latencies since the queue started.
     #[serde(default)]
     pub io: crate::stats::IoCounters,
+    /// vhost-user-blk: data bytes the target moved straight to or from guest memory.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zero_copy_bytes: u64,
+    /// vhost-user-blk: data bytes copied through the queue's buffers.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub copied_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A served device.
@@ -165,19 +175,7 @@ impl DeviceState {
     /// Writes the state file atomically, 0600, through a new file: never through a link someone
     /// left at the path.
     pub fn write(&self) -> std::io::Result<()> {
-        use std::io::Write;
-        let dir = run_dir();
-        std::fs::create_dir_all(&dir)?;
-        let path = Self::path(self.dev_id);
-        let tmp = path.with_extension("json.tmp");
-        match std::fs::remove_file(&tmp) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let mut f = create_new(&tmp, 0o600)?;
-        f.write_all(&serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?)?;
-        drop(f);
-        std::fs::rename(tmp, path)
+        write_json(&Self::path(self.dev_id), self)
     }
 
     /// Reads one state file.
@@ -212,36 +210,7 @@ impl DeviceState {
     /// Whether the process `pid` names is this device's srp-ublk daemon, by what `/proc` says of it
     /// (the kernel's own record of the ublk server is the caller's to check).
     pub fn daemon(&self) -> Daemon {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid));
-        let Some(st) = stat.ok().and_then(|s| ProcStat::parse(&s)) else {
-            return Daemon::Gone;
-        };
-        // a zombie (killed, not yet reaped by its parent: `up --supervise` is one) is dead too
-        if st.state == 'Z' || st.state == 'X' {
-            return Daemon::Gone;
-        }
-        match self.pid_start {
-            Some(t) if t != st.start => {
-                return Daemon::Other(format!(
-                    "pid {} started at tick {}, the daemon at {t}: the pid was reused",
-                    self.pid, st.start
-                ))
-            }
-            Some(_) => {}
-            // an older file: the process name at least
-            None if st.comm != "srp-ublk" => {
-                return Daemon::Other(format!("pid {} is '{}', not srp-ublk", self.pid, st.comm))
-            }
-            None => {}
-        }
-        match std::fs::read_link(format!("/proc/{}/exe", self.pid)) {
-            Ok(exe) if !is_srp_ublk(&exe) => Daemon::Other(format!(
-                "pid {} runs {}, not srp-ublk",
-                self.pid,
-                exe.display()
-            )),
-            _ => Daemon::Alive,
-        }
+        process(self.pid, self.pid_start)
     }
 
     /// The LUN this device serves.
@@ -268,6 +237,57 @@ impl DeviceState {
     /// Removes the state file.
     pub fn remove(dev_id: u32) {
         let _ = std::fs::remove_file(Self::path(dev_id));
+    }
+}
+
+/// Writes `value` as JSON to `path` atomically, 0600, through a new file: never through a link
+/// someone left at the path.
+pub fn write_json(path: &Path, value: &impl Serialize) -> std::io::Result<()> {
+    use std::io::Write;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = create_new(&tmp, 0o600)?;
+    f.write_all(&serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?)?;
+    drop(f);
+    std::fs::rename(tmp, path)
+}
+
+/// Whether process `pid`, started at `pid_start` (clock ticks after boot; `None` in older state
+/// files), is still the srp-ublk process a state file names, by what `/proc` says of it.
+pub fn process(pid: u32, pid_start: Option<u64>) -> Daemon {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+    let Some(st) = stat.ok().and_then(|s| ProcStat::parse(&s)) else {
+        return Daemon::Gone;
+    };
+    // a zombie (killed, not yet reaped by its parent: `up --supervise` is one) is dead too
+    if st.state == 'Z' || st.state == 'X' {
+        return Daemon::Gone;
+    }
+    match pid_start {
+        Some(t) if t != st.start => {
+            return Daemon::Other(format!(
+                "pid {pid} started at tick {}, the daemon at {t}: the pid was reused",
+                st.start
+            ))
+        }
+        Some(_) => {}
+        // an older file: the process name at least
+        None if st.comm != "srp-ublk" => {
+            return Daemon::Other(format!("pid {pid} is '{}', not srp-ublk", st.comm))
+        }
+        None => {}
+    }
+    match std::fs::read_link(format!("/proc/{pid}/exe")) {
+        Ok(exe) if !is_srp_ublk(&exe) => {
+            Daemon::Other(format!("pid {pid} runs {}, not srp-ublk", exe.display()))
+        }
+        _ => Daemon::Alive,
     }
 }
 

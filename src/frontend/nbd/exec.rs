@@ -5,10 +5,12 @@ use super::{Export, Source};
 use crate::backend::MemDisk;
 use crate::channel::block::{BlockOp, Geometry};
 use crate::channel::{clock_ms, Channel};
+use crate::frontend::status::{Base, ExportStatus};
 use crate::path::{Connect, Event, Path, Returned, Sleep, Woken};
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
 use crate::session::Relogin;
+use crate::stats::{IoCounters, IoKind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,8 @@ pub(super) enum Exec<C: Connect = Relogin> {
         path: Option<Path<C>>,
         geo: Geometry,
         pool: Arc<Pool<Channel<C::T>>>,
+        /// The connection's slot in the export's counters.
+        counted: Option<Counted>,
     },
     Demo {
         disk: Option<Arc<MemDisk>>,
@@ -29,13 +33,74 @@ pub(super) enum Exec<C: Connect = Relogin> {
     },
 }
 
+/// A connection's share of the export's counters: the slot it holds while it lives (what its
+/// channel's commands did, carried on from the slot's earlier connections).
+pub(super) struct Counted {
+    status: Arc<ExportStatus>,
+    slot: usize,
+    base: Base,
+    io: IoCounters,
+    /// Each tag's command out: what it is, its bytes and when it went.
+    tags: Vec<(IoKind, u32, Instant)>,
+    /// Polls since the counters were last published.
+    polls: u32,
+}
+
+impl Counted {
+    pub(super) fn claim(status: &Arc<ExportStatus>, depth: u16) -> Option<Counted> {
+        let (slot, io, base) = status.claim()?;
+        Some(Counted {
+            status: status.clone(),
+            slot,
+            base,
+            io,
+            tags: vec![(IoKind::Other, 0, Instant::now()); usize::from(depth)],
+            polls: 0,
+        })
+    }
+
+    fn started(&mut self, tag: u16, op: BlockOp, len: u32) {
+        let kind = match op {
+            BlockOp::Read => IoKind::Read,
+            BlockOp::Write { .. } => IoKind::Write,
+            _ => IoKind::Other,
+        };
+        if let Some(t) = self.tags.get_mut(usize::from(tag)) {
+            *t = (kind, len, Instant::now());
+        }
+    }
+
+    fn done(&mut self, tag: u16, ok: bool, now: Instant) {
+        if let Some(&(kind, len, at)) = self.tags.get(usize::from(tag)) {
+            let us = now.saturating_duration_since(at).as_micros() as u64;
+            self.io.record(kind, len, ok, us);
+        }
+    }
+
+    fn publish<C: Connect>(&mut self, path: &Path<C>) {
+        self.polls = 0;
+        if let Some(q) = self.status.queues.get(self.slot) {
+            q.publish_over(path, &self.io, &self.base);
+        }
+    }
+}
+
 /// How long a connection that ended waits for its commands in flight before its channel is
 /// dropped rather than given back.
 pub(super) const DRAIN_WAIT: Duration = Duration::from_secs(10);
 
+/// A busy connection publishes its counters every this many polls (and whenever it sleeps).
+const PUBLISH_POLLS: u32 = 1024;
+
 impl<C: Connect> Drop for Exec<C> {
     fn drop(&mut self) {
-        let Exec::Srp { path, pool, .. } = self else {
+        let Exec::Srp {
+            path,
+            pool,
+            counted,
+            ..
+        } = self
+        else {
             return;
         };
         let Some(mut p) = path.take() else {
@@ -49,6 +114,12 @@ impl<C: Connect> Drop for Exec<C> {
             if p.service(Instant::now(), &mut |_, _| {}).0 == 0 {
                 std::thread::sleep(Duration::from_millis(1));
             }
+        }
+        // the slot is free again before the channel is: a connection that gets this channel
+        // finds a slot
+        if let Some(mut c) = counted.take() {
+            c.publish(&p);
+            c.status.release(c.slot);
         }
         match p.into_channel() {
             Returned::Idle(ch) => pool.give_back(ch),
@@ -87,6 +158,7 @@ impl Exec {
                     path: Some(path),
                     geo: *geo,
                     pool: pool.clone(),
+                    counted: Counted::claim(&ex.status, depth),
                 })
             }
             Source::Mem(d) => Ok(Exec::Demo {
@@ -115,9 +187,15 @@ impl<C: Connect> Exec<C> {
     pub(super) fn submit(&mut self, tag: u16, op: BlockOp, off: u64, len: u32) -> Result<(), i32> {
         match self {
             Exec::Srp {
-                path: Some(p), geo, ..
+                path: Some(p),
+                geo,
+                counted,
+                ..
             } => {
                 p.set_clock(clock_ms());
+                if let Some(c) = counted {
+                    c.started(tag, op, len);
+                }
                 p.submit(tag, op, off, len, geo)
             }
             Exec::Srp { path: None, .. } => Err(libc::EIO),
@@ -148,15 +226,30 @@ impl<C: Connect> Exec<C> {
         out: &mut Vec<(u16, Result<u32, i32>)>,
     ) -> (usize, Option<Event>) {
         match self {
-            Exec::Srp { path: Some(p), .. } => {
+            Exec::Srp {
+                path: Some(p),
+                counted,
+                ..
+            } => {
                 p.tick(clock_ms());
-                p.service(Instant::now(), &mut |d, _| {
+                let now = Instant::now();
+                let polled = p.service(now, &mut |d, _| {
                     let r = match d.outcome.errno {
                         0 => Ok(d.outcome.resid),
                         e => Err(e),
                     };
+                    if let Some(c) = counted.as_mut() {
+                        c.done(d.tag, r.is_ok(), now);
+                    }
                     out.push((d.tag, r));
-                })
+                });
+                if let Some(c) = counted {
+                    c.polls += 1;
+                    if c.polls >= PUBLISH_POLLS {
+                        c.publish(p);
+                    }
+                }
+                polled
             }
             Exec::Srp { path: None, .. } => (0, None),
             Exec::Demo { done, .. } => {
@@ -187,7 +280,16 @@ impl<C: Connect> Exec<C> {
     /// idle connection hears an unsolicited IU or a flush at once); nothing for a demo backend.
     pub(super) fn sleep(&mut self) -> Sleep {
         match self {
-            Exec::Srp { path: Some(p), .. } => p.sleep(true),
+            Exec::Srp {
+                path: Some(p),
+                counted,
+                ..
+            } => {
+                if let Some(c) = counted {
+                    c.publish(p);
+                }
+                p.sleep(true)
+            }
             _ => Sleep::default(),
         }
     }

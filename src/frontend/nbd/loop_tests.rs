@@ -50,6 +50,7 @@ fn export() -> Export {
         lba_status: AtomicBool::new(false),
         write_same: AtomicBool::new(true),
         source: Source::Null,
+        status: Arc::new(ExportStatus::new(1)),
     }
 }
 
@@ -69,6 +70,7 @@ fn connection(ex: &Export, relog: Relog, timers: Timers) -> (Conn<'_, Relog>, Cl
         path: Some(path),
         geo: GEO,
         pool: Arc::new(pool),
+        counted: exec::Counted::claim(&ex.status, DEPTH),
     };
     let (ours, s) = UnixStream::pair().expect("socket pair");
     let client = Client { s, got: Vec::new() };
@@ -218,4 +220,39 @@ fn a_delayed_retry_wakes_the_connection_when_it_is_due() {
         took >= Duration::from_millis(1) && took < Duration::from_millis(100),
         "the retry's timer fired after {took:?}"
     );
+}
+
+/// Reads 4 KiB on `c` and waits for the reply and its data.
+fn read_once(c: &mut Conn<'_, Relog>, client: &mut Client, cookie: u64) {
+    client.send(&read_request(cookie));
+    client.s.set_nonblocking(true).expect("non-blocking");
+    let mut b = [0u8; 8192];
+    drive(c, Duration::from_secs(2), |_| {
+        while let Ok(n @ 1..) = client.s.read(&mut b) {
+            client.got.extend_from_slice(&b[..n]);
+        }
+        client.got.len() >= 16 + 4096
+    });
+    assert_eq!(client.reply(), Some((0, cookie)));
+    client.got.drain(..4096);
+}
+
+#[test]
+fn a_connections_counters_are_published_and_the_next_in_its_slot_carries_them_on() {
+    let ex = export();
+    let (mut c, mut client) = connection(&ex, Relog { refuse: false }, TIMERS);
+    read_once(&mut c, &mut client, 1);
+    read_once(&mut c, &mut client, 2);
+    drop(c);
+    let mut q = crate::session::state::QueueState::default();
+    ex.status.queues[0].load_into(&mut q);
+    assert_eq!((q.io.read_ops, q.io.read_bytes, q.cmds), (2, 8192, 2));
+    assert_eq!(q.io.lat.iter().sum::<u64>(), 2, "two latencies");
+    // the slot is free again: the next connection takes it and counts on from there
+    let (mut c, mut client) = connection(&ex, Relog { refuse: false }, TIMERS);
+    read_once(&mut c, &mut client, 3);
+    // a connection publishes when it sleeps
+    drive(&mut c, Duration::from_millis(20), |_| false);
+    ex.status.queues[0].load_into(&mut q);
+    assert_eq!((q.io.read_ops, q.cmds, q.state.as_str()), (3, 3, "running"));
 }

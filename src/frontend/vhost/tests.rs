@@ -9,6 +9,7 @@ use super::Device;
 use crate::channel::block::tests::GEO;
 use crate::channel::fake::FakeTarget;
 use crate::channel::{send_slots, Channel, ChannelConfig};
+use crate::frontend::status::ExportStatus;
 use crate::path::{Connect, Fresh, Path};
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
@@ -52,6 +53,8 @@ struct Rig {
     desc_table: GuestAddress,
     avail: GuestAddress,
     used: GuestAddress,
+    /// What the worker publishes.
+    published: Arc<ExportStatus>,
 }
 
 /// The ring's size.
@@ -103,9 +106,11 @@ fn rig(max_segs: u16) -> Rig {
         max_write_zeroes: 2048,
         write_zeroes_may_unmap: false,
     };
-    let mut worker = Worker::new(0, path, Arc::new(dev)).unwrap();
+    let published = Arc::new(ExportStatus::new(1));
+    let mut worker = Worker::new(0, path, Arc::new(dev), published.clone()).unwrap();
     worker.new_connection();
     Rig {
+        published,
         mem,
         vring,
         worker,
@@ -231,6 +236,22 @@ fn guest_buffers_go_to_the_target_as_segments_and_back() {
         (c.requests, c.zero_copy_bytes, c.copied_bytes, c.errors),
         (2, 24576, 0, 0)
     );
+    // and what `srp-ublk list` and `stats` see
+    let mut q = crate::session::state::QueueState::default();
+    r.published.queues[0].load_into(&mut q);
+    let io = &q.io;
+    assert_eq!(
+        (
+            io.write_ops,
+            io.write_bytes,
+            io.read_ops,
+            io.read_bytes,
+            io.errors
+        ),
+        (1, 12288, 1, 12288, 0)
+    );
+    assert_eq!((q.zero_copy_bytes, q.copied_bytes, q.cmds), (24576, 0, 2));
+    assert_ne!(q.tid, 0, "the worker's thread");
 }
 
 #[test]

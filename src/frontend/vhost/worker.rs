@@ -10,9 +10,11 @@ use super::translate;
 use super::Device;
 use crate::channel::block::BlockOp;
 use crate::channel::{clock_ms, DataBuf};
+use crate::frontend::status::ExportStatus;
 use crate::path::{Connect, Event, Path, Sleep, Woken};
 use crate::rdma::{Lent, TagBufs};
 use crate::session::Relogin;
+use crate::stats::{IoCounters, IoKind};
 use crate::wire::scsi::Cdb;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
@@ -23,6 +25,15 @@ use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::timerfd::TimerFd;
+
+/// What a request counts as in `srp-ublk stats`.
+fn io_kind(r: &Request) -> IoKind {
+    match r.kind {
+        kind::IN => IoKind::Read,
+        kind::OUT => IoKind::Write,
+        _ => IoKind::Other,
+    }
+}
 
 /// The vring type the workers serve.
 pub(super) type Vring = VringRwLock<GuestMemoryAtomic<GuestMemoryMmap<()>>>;
@@ -54,6 +65,10 @@ struct InFlight {
     mem: Arc<GuestMemoryMmap<()>>,
     /// The VMM connection it came on.
     epoch: u64,
+    /// For the counters: what it is, its bytes, when it came.
+    kind: IoKind,
+    bytes: u32,
+    started: Instant,
 }
 
 /// The fds of one login in the worker's epoll.
@@ -89,10 +104,21 @@ pub(super) struct Worker<C: Connect = Relogin> {
     /// Requests out, for `stop_vring`.
     pub(super) outstanding: Arc<AtomicU16>,
     pub(super) counters: Counters,
+    /// Operations, bytes, errors and latencies, published with the path's counters.
+    io: IoCounters,
+    status: Arc<ExportStatus>,
+    /// The thread that last ran the worker (its tid published once per thread).
+    thread: Option<std::thread::ThreadId>,
 }
 
 impl<C: Connect> Worker<C> {
-    pub(super) fn new(qid: u16, path: Path<C>, dev: Arc<Device>) -> std::io::Result<Worker<C>> {
+    /// Queue `qid`'s worker over `path`, publishing into `status.queues[qid]`.
+    pub(super) fn new(
+        qid: u16,
+        path: Path<C>,
+        dev: Arc<Device>,
+        status: Arc<ExportStatus>,
+    ) -> std::io::Result<Worker<C>> {
         let depth = path.bufs().depth();
         let w = Worker {
             qid,
@@ -110,6 +136,9 @@ impl<C: Connect> Worker<C> {
             lost: false,
             outstanding: Arc::new(AtomicU16::new(0)),
             counters: Counters::default(),
+            io: IoCounters::default(),
+            status,
+            thread: None,
         };
         w.epoll.ctl(
             ControlOperation::Add,
@@ -168,6 +197,23 @@ impl<C: Connect> Worker<C> {
             let _ = vring.signal_used_queue();
         }
         self.outstanding.store(self.path.busy(), Relaxed);
+        self.publish();
+    }
+
+    /// Publishes the queue's counters for `srp-ublk list` and `stats`.
+    fn publish(&mut self) {
+        let Some(q) = self.status.queues.get(usize::from(self.qid)) else {
+            return;
+        };
+        let me = std::thread::current().id();
+        if self.thread != Some(me) {
+            self.thread = Some(me);
+            q.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
+        }
+        q.publish(&self.path, &self.io);
+        q.zero_copy_bytes
+            .store(self.counters.zero_copy_bytes, Relaxed);
+        q.copied_bytes.store(self.counters.copied_bytes, Relaxed);
     }
 
     /// Lends the guest's current memory table to the path.
@@ -289,6 +335,7 @@ impl<C: Connect> Worker<C> {
     fn bad_chain(&mut self, head: u16, e: ChainError, vring: &Vring, used: &mut bool) {
         tracing::warn!("queue {}: {e}; the request is answered unread", self.qid);
         self.counters.errors += 1;
+        self.io.record(IoKind::Other, 0, false, 0);
         let _ = vring.add_used(head, 0);
         *used = true;
     }
@@ -329,6 +376,7 @@ impl<C: Connect> Worker<C> {
         if st != status::OK {
             self.counters.errors += 1;
         }
+        self.io.record(io_kind(r), 0, st == status::OK, 0);
     }
 
     /// GET_ID: the serial, at most 20 bytes, into the request's buffers.
@@ -520,6 +568,12 @@ impl<C: Connect> Worker<C> {
         copy_out: Vec<Range>,
         mem: &Arc<GuestMemoryMmap<()>>,
     ) {
+        let kind = io_kind(r);
+        let bytes = if kind == IoKind::Other {
+            0
+        } else {
+            r.len() as u32
+        };
         self.inflight[usize::from(tag)] = Some(InFlight {
             head: r.head,
             status: r.status,
@@ -527,11 +581,15 @@ impl<C: Connect> Worker<C> {
             copy_out,
             mem: mem.clone(),
             epoch: self.epoch,
+            kind,
+            bytes,
+            started: Instant::now(),
         });
     }
 
     /// The path's completions (and its down steps); whether any request finished.
     fn complete(&mut self, vring: &Vring, used: &mut bool) -> bool {
+        let now = Instant::now();
         let mut finished: Vec<(u16, i32)> = Vec::new();
         let inflight = &mut self.inflight;
         let (_, event) = self.path.service(Instant::now(), &mut |d, bufs: &TagBufs| {
@@ -578,6 +636,8 @@ impl<C: Connect> Worker<C> {
                 continue;
             };
             self.free.push(tag);
+            let us = now.saturating_duration_since(f.started).as_micros() as u64;
+            self.io.record(f.kind, f.bytes, errno == 0, us);
             if f.epoch != self.epoch {
                 // the VMM that sent it is gone
                 continue;

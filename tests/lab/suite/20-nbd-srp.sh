@@ -16,10 +16,29 @@ rc=$?
 cat /tmp/fio-nbd.txt; cp /tmp/fio-nbd.txt "$LAB_OUT/fio-nbd.txt"
 [ $rc = 0 ] && grep -q 'err= 0' /tmp/fio-nbd.txt || fail "fio over NBD"
 ok "fio nbd verify over SRP"
+# the export in `srp-ublk list`, and its counters in the Prometheus file: nbdcopy's 8 MiB are
+# counted exactly once it is done (each connection publishes as it ends, the server writes its
+# state file every 2 s)
+list=$(srp-ublk list) || fail "srp-ublk list"
+echo "$list"
+expect_contains "list" "$list" "export lun0  nbd unix:/run/srp-ublk/lun0.sock"
+written() {
+    sleep 2.5
+    srp-ublk stats --prometheus - |
+        awk '/^srp_ublk_write_bytes_total[{]export="lun0",/ { s += $2 } END { printf "%d", s }'
+}
+w0=$(written)
 pattern /tmp/n 8
 nbdcopy /tmp/n "$URI" || fail "nbdcopy to NBD"
+w1=$(written)
+expect_eq "bytes written by nbdcopy, from the export's counters" "$((w1 - w0))" 8388608
+total=$(srp-ublk list --json | grep -o '"connections_total": *[0-9]*' | grep -o '[0-9]*$')
+[ "${total:-0}" -ge 3 ] || fail "connections since start: ${total:-none} (nbdinfo, fio, nbdcopy made at least 3)"
+ok "the export's counters: nbdcopy's 8 MiB written, $total connection(s) since start"
 sd=$(lab-ref-attach) || fail "lab-ref-attach"
 expect_eq "NBD -> ib_srp" "$(sha_range "$sd" 0 8)" "$(sha256sum < /tmp/n | cut -c1-64)"
 kill $SRV; wait $SRV 2>/dev/null
+[ ! -e "/run/srp-ublk/exports/$SRV.json" ] || fail "serve left its state file after SIGTERM"
+expect_eq "list after the server stopped" "$(srp-ublk list | grep -c '^export')" 0
 trap - EXIT
 ublk_cleanup

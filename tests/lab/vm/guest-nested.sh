@@ -40,8 +40,15 @@ echo "the inner VM (TCG under TCG) on $([ "$MODE" = vhost ] && echo vhost-user-b
 [ "$rc" = 0 ] || { [ "$MODE" = vhost ] && cat /tmp/vhost.log; fail "inner qemu: $(cat /tmp/inner-qemu.log)"; }
 grep -q "inner: unmounted" /tmp/inner.log || { [ "$MODE" = vhost ] && cat /tmp/vhost.log; fail "the inner VM did not finish its job"; }
 if [ "$MODE" = vhost ]; then
+    # `srp-ublk list` and the Prometheus file show the export and what went without a copy
+    sleep 2.5
+    srp-ublk list | tee /tmp/list.txt
+    grep -q "^export srp  vhost-user-blk /run/srp-ublk/vm0.sock" /tmp/list.txt ||
+        fail "the vhost-user-blk export is not in srp-ublk list"
+    zc=$(srp-ublk stats --prometheus - |
+        awk '/^srp_ublk_zero_copy_bytes_total[{]export="srp",lun="0",queue="0"[}]/ { printf "%d", $2 }')
     # the served disk's log says how the data went: the target moved it to and from guest memory
-    sleep 1; kill $VPID; wait $VPID 2>/dev/null
+    kill $VPID; wait $VPID 2>/dev/null
     sed 's/^/vhost: /' /tmp/vhost.log | grep -v "^vhost: *$" | tail -20
     grep -q "queue 0: [1-9][0-9]* requests, [1-9][0-9]* MiB zero copy" /tmp/vhost.log ||
         fail "no zero-copy request on queue 0 in the server's log"
@@ -49,6 +56,9 @@ if [ "$MODE" = vhost ]; then
     grep -q "queue 0: .* [1-9][0-9]* in several segments" /tmp/vhost.log ||
         fail "no request went as several segments on queue 0"
     ok "vhost-user-blk: $(grep -o 'queue 0: .*' /tmp/vhost.log | tail -1)"
+    logged=$(grep -o 'queue 0: [0-9]* requests, [0-9]* MiB zero copy' /tmp/vhost.log | tail -1 |
+        grep -o '[0-9]* MiB' | grep -o '[0-9]*')
+    expect_eq "queue 0's zero-copy MiB, Prometheus file against the log" "$(( ${zc:-0} >> 20 ))" "$logged"
     # fio's verify in the VM read back every block it wrote through the served disk
     sed -n '/FIO-BEGIN/,/FIO-END/p' /tmp/inner.log | tr -d '\r' > /tmp/fio.txt
     grep -q "FIO-END exit 0" /tmp/fio.txt || { cat /tmp/fio.txt; fail "fio with verify in the VM failed"; }

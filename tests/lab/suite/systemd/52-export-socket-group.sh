@@ -37,8 +37,13 @@ expect_eq "the unit's socket" "$(stat -c '%a %U %G' /run/srp-ublk/vm1.sock)" "66
 expect_eq "export size through the unit's socket as nobody:disk" "$(as disk nbdinfo --size "$U1" 2>&1)" "$SRP_LUN_BYTES"
 journalctl -u srp-ublk-serve@vm1 -o cat --no-pager | grep -q "^export vm1: " ||
     fail "no 'export vm1: ' lines in the unit's journal: $(journalctl -u srp-ublk-serve@vm1 -o cat --no-pager | tail)"
+list=$(srp-ublk list)
+echo "$list"
+expect_contains "list" "$list" "export vm1  nbd unix:/run/srp-ublk/vm1.sock"
+expect_contains "list" "$list" "    unit srp-ublk-serve@vm1.service"
 systemctl stop srp-ublk-serve@vm1 || fail "systemctl stop srp-ublk-serve@vm1"
 expect_eq "the unit after stop" "$(systemctl is-active srp-ublk-serve@vm1)" inactive
+expect_eq "exports listed after the unit stopped" "$(srp-ublk list | grep -c '^export')" 0
 rm -f /etc/srp-ublk/exports.d/vm1.conf
 ok "srp-ublk-serve@vm1 served exports.d/vm1.conf to the disk group and logged to its journal"
 trap - EXIT

@@ -1,0 +1,109 @@
+//! An export's state file (`/run/srp-ublk/exports/PID.json`, see [`ExportState`]): written once
+//! the server listens, refreshed every 2 s with its connections and its queues' counters, removed
+//! when SIGTERM or SIGINT stops the server.
+
+use anyhow::Context;
+use nix::sys::signal::{SigSet, SIGINT, SIGTERM};
+use srp_ublk::frontend::status::ExportStatus;
+use srp_ublk::session::exports::ExportState;
+use srp_ublk::session::state::{own_unit, ProcStat, QueueState};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Makes SIGTERM and SIGINT remove the export's state file before they end the process as they
+/// would have: blocks them in this thread and every thread it starts afterwards (call it before
+/// the server starts any) and waits for them on a thread of its own, from now on (a stop during
+/// the login is not held up by it).
+pub fn stop_removes_state() -> anyhow::Result<()> {
+    let mut stop = SigSet::empty();
+    stop.add(SIGTERM);
+    stop.add(SIGINT);
+    stop.thread_block().context("blocking SIGTERM and SIGINT")?;
+    let pid = std::process::id();
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            while let Ok(sig) = stop.wait() {
+                tracing::info!("{sig}: stopping");
+                ExportState::remove(pid);
+                // die of the signal, as a server that never blocked it does
+                let mut one = SigSet::empty();
+                one.add(sig);
+                let _ = one.thread_unblock();
+                let _ = nix::sys::signal::raise(sig);
+                // still here: the signal is ignored (SIGINT in a shell's background job); the
+                // state file comes back with the next refresh
+                let _ = one.thread_block();
+                tracing::info!("{sig} is ignored by this process: serving on");
+            }
+        });
+    if let Err(e) = spawned {
+        let _ = stop.thread_unblock();
+        tracing::warn!("no thread for SIGTERM: {e}; a stopped server leaves its state file");
+    }
+    Ok(())
+}
+
+/// What every export's state file starts with: the server, its version and unit, where it
+/// listens, and a queue entry per slot of `status`.
+pub fn base(name: &str, kind: &str, listen: String, status: &ExportStatus) -> ExportState {
+    ExportState {
+        name: name.to_string(),
+        kind: kind.to_string(),
+        listen,
+        pid: std::process::id(),
+        pid_start: ProcStat::own().map(|p| p.start),
+        version: super::VERSION.to_string(),
+        unit: own_unit(),
+        queues: (0..status.queues.len())
+            .map(|q| QueueState {
+                qid: q as u16,
+                state: "idle".into(),
+                ..QueueState::default()
+            })
+            .collect(),
+        ..ExportState::default()
+    }
+}
+
+/// Writes the export's state file (replacing the files of servers that died on the same socket)
+/// and keeps it current ([`stop_removes_state`] removes it).
+pub fn publish(mut state: ExportState, status: Arc<ExportStatus>) {
+    ExportState::forget_dead(&state.listen);
+    refresh(&mut state, &status);
+    if let Err(e) = state.write() {
+        tracing::warn!(
+            "cannot write {}: {e}; `srp-ublk list` and `stats` will not show this export",
+            ExportState::path(state.pid).display()
+        );
+    }
+    let spawned = std::thread::Builder::new()
+        .name("state".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(2));
+            refresh(&mut state, &status);
+            let _ = state.write();
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("no thread to refresh the export's state file: {e}");
+    }
+}
+
+/// The live part of the state: connections, queues, registrations, the time.
+fn refresh(state: &mut ExportState, status: &ExportStatus) {
+    state.connections = status.connections.load(Relaxed);
+    state.connections_total = status.connections_total.load(Relaxed);
+    for (q, s) in state.queues.iter_mut().zip(&status.queues) {
+        let was = std::mem::take(&mut q.state);
+        s.load_into(q);
+        // a slot no connection has used yet has no channel state of its own
+        if q.tid == 0 {
+            q.state = was;
+        }
+    }
+    state.memory = Some(srp_ublk::rdma::mem::counts());
+    state.updated_ms = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+}
