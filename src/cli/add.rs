@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::spawn::{spawn_daemon, DAEMON_ENV, JOURNAL_LOG, LOG_ENV};
+use super::spawn::{spawn_daemon, Announce, DAEMON_ENV, JOURNAL_LOG, LOG_ENV};
 
 /// `srp-ublk add ...`
 #[derive(Debug, Args, Clone)]
@@ -170,7 +170,7 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
         return daemon(a, target, false);
     }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    spawn_daemon(&argv, a.session.timeout, a.json)
+    spawn_daemon(&argv, a.session.timeout, Announce::json_if(a.json))
 }
 
 /// Every LUN the target reports that can be a block device (the others are named, then skipped).
@@ -203,7 +203,7 @@ fn add_each(a: &AddArgs, luns: &[u64]) -> anyhow::Result<()> {
         let mut args = without_lun(&argv);
         args.push("--lun".into());
         args.push(lun.to_string().into());
-        match spawn_daemon(&args, a.session.timeout, a.json) {
+        match spawn_daemon(&args, a.session.timeout, Announce::json_if(a.json)) {
             Ok(()) => {}
             // the LUNs before it are attached and stay: a partial success, said as such
             Err(e) if i > 0 => {

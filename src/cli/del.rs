@@ -5,6 +5,7 @@ use super::daemon;
 use anyhow::bail;
 use clap::Args;
 use nix::sys::signal::Signal::SIGTERM;
+use serde_json::json;
 use srp_ublk::session::state::DeviceState;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -22,6 +23,9 @@ pub struct DelArgs {
     /// Seconds to wait for each device to go away.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+    /// Report as JSON: an object per device (`device`, `ok`, `error`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `del`.
@@ -30,33 +34,23 @@ pub fn run(a: DelArgs) -> anyhow::Result<()> {
         DeviceState::all()
     } else {
         let id = a.id.unwrap_or(0);
-        match DeviceState::read(&DeviceState::path(id)) {
-            Ok(s) => vec![s],
-            Err(_) if Path::new(&format!("/dev/ublkb{id}")).exists() => bail!(
+        let ours = DeviceState::path(id).exists();
+        if !ours && Path::new(&format!("/dev/ublkb{id}")).exists() {
+            bail!(
                 "/dev/ublkb{id} is not served by srp-ublk (no {}); remove it with the tool that created it",
                 DeviceState::path(id).display()
-            ),
-            Err(_) => {
-                return Err(super::status::failed(
-                    super::status::Exit::NotFound,
-                    format!("no device /dev/ublkb{id} (see `srp-ublk list`)"),
-                ))
-            }
+            );
         }
+        vec![super::device::state(id)?]
     };
-    let mut failed = Vec::new();
+    let mut report = super::report::Report::new(a.json);
     for d in targets {
-        if let Err(e) = del_one(&d, Duration::from_secs(a.timeout)) {
-            eprintln!("srp-ublk: error: {e:#}");
-            failed.push(d.dev_id);
-        } else {
-            println!("deleted {}", d.bdev);
+        match del_one(&d, Duration::from_secs(a.timeout)) {
+            Ok(()) => report.done(&d.bdev, format!("deleted {}", d.bdev), json!({})),
+            Err(e) => report.failed(&d.bdev, e),
         }
     }
-    if !failed.is_empty() {
-        bail!("{} device(s) not deleted: {failed:?}", failed.len());
-    }
-    Ok(())
+    report.finish("deleted")
 }
 
 fn nodes_gone(d: &DeviceState) -> bool {

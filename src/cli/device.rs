@@ -65,6 +65,23 @@ pub fn parse(s: &str) -> Result<u32, DeviceNameError> {
     }
 }
 
+/// The state file of srp-ublk device `id`; a failure with exit status 4 (not found) naming the
+/// device when it has none.
+pub fn state(id: u32) -> anyhow::Result<srp_ublk::session::state::DeviceState> {
+    use srp_ublk::session::state::DeviceState;
+    let path = DeviceState::path(id);
+    DeviceState::read(&path).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::NotFound => format!("no {}", path.display()),
+            _ => format!("{}: {e}", path.display()),
+        };
+        super::status::failed(
+            super::status::Exit::NotFound,
+            format!("no srp-ublk device /dev/ublkb{id} ({why}; see `srp-ublk list`)"),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ pub mod logfile;
 pub mod logging;
 pub mod manual;
 pub mod recover;
+mod report;
 pub mod resize;
 pub mod serve;
 pub mod spawn;

@@ -2,6 +2,7 @@
 //! where it stands. ublk keeps the device quiesced, with the I/O that was in flight queued, until a
 //! new daemon ends the recovery; the I/O is then issued again, so applications see no error.
 
+use super::spawn::Announce;
 use anyhow::bail;
 use clap::Args;
 use srp_ublk::session::state::DeviceState;
@@ -21,6 +22,9 @@ pub struct RecoverArgs {
     /// Limit for each login step, in seconds.
     #[arg(long, default_value_t = 15)]
     pub timeout: u64,
+    /// Report as JSON: an object per device (`device`, `ok`, `error`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `recover`.
@@ -52,25 +56,32 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
         vec![d]
     };
     if devs.is_empty() {
-        println!("nothing to recover: every srp-ublk device has its daemon");
+        if a.json {
+            println!("[]");
+        } else {
+            println!("nothing to recover: every srp-ublk device has its daemon");
+        }
         return Ok(());
     }
-    let mut failed = Vec::new();
+    let mut report = super::report::Report::new(a.json);
     for d in &devs {
-        if let Err(e) = recover_one(d, a.timeout) {
-            eprintln!("srp-ublk: error: recovering /dev/ublkb{}: {e:#}", d.dev_id);
-            failed.push(d.dev_id);
+        match recover_one(d, a.timeout, a.json) {
+            // the daemon's READY line said it (the device, or its JSON)
+            Ok(()) => report.done(&d.bdev, String::new(), serde_json::json!({})),
+            Err(e) => report.failed(&d.bdev, e.context(format!("recovering {}", d.bdev))),
         }
     }
-    if !failed.is_empty() {
-        bail!("{} device(s) not recovered: {failed:?}", failed.len());
-    }
-    Ok(())
+    report.finish("recovered")
 }
 
 /// Starts a daemon that takes `d` over (its own daemon is gone); returns once it is live.
-pub(crate) fn recover_one(d: &DeviceState, timeout: u64) -> anyhow::Result<()> {
-    super::spawn::spawn_daemon(&argv(d), timeout, false)
+pub(crate) fn recover_one(d: &DeviceState, timeout: u64, json: bool) -> anyhow::Result<()> {
+    let out = if json {
+        Announce::Quiet
+    } else {
+        Announce::Path
+    };
+    super::spawn::spawn_daemon(&argv(d), timeout, out)
 }
 
 /// The `add` command line that serves `d` again: same target, LUN, queues, depth, completion mode

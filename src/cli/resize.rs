@@ -17,18 +17,16 @@ pub struct ResizeArgs {
     /// Seconds to wait for the daemon's answer.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+    /// Report as JSON (`device`, `size_before`, `size`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `resize`.
 pub fn run(a: ResizeArgs) -> anyhow::Result<()> {
     let id = a.id;
     let path = DeviceState::path(id);
-    let Ok(before) = DeviceState::read(&path) else {
-        return Err(super::status::failed(
-            super::status::Exit::NotFound,
-            format!("no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"),
-        ));
-    };
+    let before = super::device::state(id)?;
     if before.rdma_device.is_empty() {
         bail!("/dev/ublkb{id} is a demo backend: it has no LUN whose capacity could change");
     }
@@ -74,7 +72,12 @@ pub fn run(a: ResizeArgs) -> anyhow::Result<()> {
             after.size
         );
     }
-    if after.size == before.size {
+    if a.json {
+        let j = serde_json::json!({
+            "device": format!("/dev/ublkb{id}"), "size_before": before.size, "size": after.size,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else if after.size == before.size {
         println!("/dev/ublkb{id}: capacity unchanged, {} bytes", after.size);
     } else {
         println!(

@@ -16,11 +16,11 @@ pub(crate) const JOURNAL_LOG: &str = "journal";
 
 /// Starts `srp-ublk ARGV` (an `add`) as a daemon in its own process group, logging under
 /// /run/srp-ublk/logs (or to the journal, as `add` does under systemd), and returns once it reports
-/// the device live (printing its path, or the JSON with `json`) or fails.
+/// the device live (announcing it as `out` says) or fails.
 pub fn spawn_daemon(
     argv: &[std::ffi::OsString],
     login_timeout: u64,
-    json: bool,
+    announce: Announce,
 ) -> anyhow::Result<()> {
     let mut cmd = Command::new(std::env::current_exe().context("cannot find my own executable")?);
     cmd.args(argv)
@@ -58,7 +58,29 @@ pub fn spawn_daemon(
         }
     });
     let limit = Duration::from_secs(login_timeout * 4 + 60);
-    await_ready(&mut child, &rx, limit, &log, json)
+    await_ready(&mut child, &rx, limit, &log, announce)
+}
+
+/// How a live device is announced on stdout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Announce {
+    /// Its path, and on stderr what it and the host's devices pin.
+    Path,
+    /// The daemon's JSON (`add --json`).
+    Json,
+    /// Nothing: the caller reports it.
+    Quiet,
+}
+
+impl Announce {
+    /// [`Announce::Json`] with `json`, [`Announce::Path`] otherwise.
+    pub fn json_if(json: bool) -> Announce {
+        if json {
+            Announce::Json
+        } else {
+            Announce::Path
+        }
+    }
 }
 
 /// A new log file for one daemon in `logs`: one `add` (or `up`) may start several daemons in the
@@ -114,7 +136,7 @@ fn await_ready(
     rx: &std::sync::mpsc::Receiver<String>,
     limit: Duration,
     log: &str,
-    json: bool,
+    out: Announce,
 ) -> anyhow::Result<()> {
     loop {
         match rx.recv_timeout(limit) {
@@ -122,11 +144,13 @@ fn await_ready(
                 if let Some(ready) = line.strip_prefix("READY ") {
                     let info: LiveInfo =
                         serde_json::from_str(ready).context("bad READY line from the daemon")?;
-                    if json {
-                        println!("{ready}");
-                    } else {
-                        println!("{}", info.bdev);
-                        eprintln!("srp-ublk: {}", live_summary(info.dev_id));
+                    match out {
+                        Announce::Json => println!("{ready}"),
+                        Announce::Path => {
+                            println!("{}", info.bdev);
+                            eprintln!("srp-ublk: {}", live_summary(info.dev_id));
+                        }
+                        Announce::Quiet => {}
                     }
                     return Ok(());
                 }

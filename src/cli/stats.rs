@@ -92,12 +92,7 @@ fn label_value(v: &str) -> String {
 
 fn subjects(a: &StatsArgs) -> anyhow::Result<Vec<Subject>> {
     if let Some(id) = a.id {
-        let d = DeviceState::read(&DeviceState::path(id)).with_context(|| {
-            super::status::not_found(format!(
-                "no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"
-            ))
-        })?;
-        return Ok(vec![Subject::device(d)]);
+        return Ok(vec![Subject::device(super::device::state(id)?)]);
     }
     let exports = ExportState::all().into_iter();
     let Some(name) = &a.export else {

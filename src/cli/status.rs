@@ -13,8 +13,8 @@ pub enum Exit {
     Failure = 1,
     /// The command line is wrong: an unknown option, a missing or bad value, a bad target string.
     Usage = 2,
-    /// Some of several things were done and some were not (`add --lun all`, `up`, `del --all`,
-    /// `upgrade --all`): the message says which.
+    /// Some of several things were done and some were not (`add --lun all`, `up`, `down`,
+    /// `del --all`, `recover --all`, `upgrade --all`): the message says which.
     Partial = 3,
     /// The device, state file or target file named does not exist.
     NotFound = 4,
@@ -41,7 +41,7 @@ impl Exit {
         (
             Exit::Partial,
             "some of several devices were handled and some were not (add --lun all, up, down, \
-             upgrade --all); the messages say which",
+             del --all, recover --all, upgrade --all); the messages say which",
         ),
         (
             Exit::NotFound,

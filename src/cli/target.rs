@@ -14,6 +14,9 @@ pub enum TargetCmd {
         /// An ib_srp add_target string or an `srp_daemon -o` line, e.g.
         /// "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555".
         target: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Apply an srp_daemon.conf-style rules file to target strings (one per argument or stdin line).
     Rules {
@@ -27,9 +30,13 @@ pub enum TargetCmd {
 /// Runs `srp-ublk target ...`.
 pub fn run(cmd: TargetCmd) -> anyhow::Result<()> {
     match cmd {
-        TargetCmd::Parse { target } => {
+        TargetCmd::Parse { target, json } => {
             let t = TargetSpec::parse(&target)?;
-            print!("{}", describe(&t));
+            if json {
+                println!("{}", serde_json::to_string_pretty(&describe_json(&t))?);
+            } else {
+                print!("{}", describe(&t));
+            }
             Ok(())
         }
         TargetCmd::Rules { file, targets } => {
@@ -94,4 +101,38 @@ pub fn describe(t: &TargetSpec) -> String {
     };
     s += &format!("rkey_scope: {scope}\n");
     s
+}
+
+/// `target parse --json`: what [`describe`] says, as an object.
+pub fn describe_json(t: &TargetSpec) -> serde_json::Value {
+    let mut j = serde_json::json!({
+        "normalized": t.to_string(),
+        "target_port_id": hex16(&t.target_port_id()),
+        "initiator_ext": format!("{:016x}", t.opts.initiator_ext.unwrap_or(DEFAULT_INITIATOR_EXT)),
+        "initiator_ext_given": t.opts.initiator_ext.is_some(),
+        "rkey_scope": t.opts.rkey_scope.unwrap_or_default().to_string(),
+        "rkey_scope_given": t.opts.rkey_scope.is_some(),
+    });
+    let transport = match t.transport {
+        Transport::RdmaCm { dest, src, dest_if } => serde_json::json!({
+            "transport": "rdma_cm",
+            "dest": dest.to_string(),
+            "src": src.map(|s| s.to_string()),
+            "dest_if": dest_if.map(|n| n.to_string()),
+        }),
+        Transport::IbCm {
+            pkey,
+            service_id,
+            dgid,
+        } => serde_json::json!({
+            "transport": "ib_cm",
+            "dgid": hex16(&dgid),
+            "pkey": format!("{pkey:04x}"),
+            "service_id": format!("{service_id:016x}"),
+        }),
+    };
+    if let (Some(o), serde_json::Value::Object(t)) = (j.as_object_mut(), transport) {
+        o.extend(t);
+    }
+    j
 }

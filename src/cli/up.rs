@@ -8,7 +8,7 @@
 //! configured with `lun = all` every `--rescan` seconds and attaches them.
 
 use super::add::{without_lun, AddArgs};
-use super::spawn::spawn_daemon;
+use super::spawn::{spawn_daemon, Announce};
 use super::{Cli, Command, LunSel};
 use anyhow::{bail, Context};
 use clap::{Args, Parser};
@@ -70,6 +70,9 @@ pub struct DownArgs {
     /// $MAINPID unset; the devices are then kept, for Restart= to recover them.
     #[arg(long)]
     pub unit_stop: bool,
+    /// Report as JSON: an object per device deleted or not (`device`, `target`, `ok`, `error`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// A target file, read.
@@ -180,7 +183,7 @@ fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
                     "{}: LUN {lun}: {} lost its daemon: recovering",
                     c.name, d.bdev
                 );
-                super::recover::recover_one(&d, c.add.session.timeout)?;
+                super::recover::recover_one(&d, c.add.session.timeout, false)?;
             }
             None => {
                 let conf: Vec<std::ffi::OsString> = c.argv.iter().map(Into::into).collect();
@@ -189,7 +192,7 @@ fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
                 argv.extend(["--lun".into(), lun.to_string().into()]);
                 argv.extend(["--owner".into(), c.name.clone().into()]);
                 print!("{}: LUN {lun}: ", c.name);
-                spawn_daemon(&argv, c.add.session.timeout, false)?;
+                spawn_daemon(&argv, c.add.session.timeout, Announce::Path)?;
             }
         }
         if let Some(d) = device_of(c, lun) {
@@ -317,13 +320,13 @@ pub fn run_down(a: DownArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let mut failed = 0;
+    let mut report = super::report::Report::new(a.json);
     for n in names(&a.names)? {
         let c = read_conf(&n)?;
         for d in DeviceState::of_nexus(&c.target) {
             if d.owner.as_deref() != Some(n.as_str()) {
                 // another target file's device, or one added by hand, on the same I_T nexus
-                println!(
+                let note = format!(
                     "{n}: left {} (LUN {}) alone: {}",
                     d.bdev,
                     d.lun,
@@ -331,24 +334,22 @@ pub fn run_down(a: DownArgs) -> anyhow::Result<()> {
                         .as_deref()
                         .map_or("added by hand".into(), |o| format!("attached by '{o}'"))
                 );
+                // JSON on stdout stays one document
+                if a.json {
+                    eprintln!("{note}");
+                } else {
+                    println!("{note}");
+                }
                 continue;
             }
+            let target = serde_json::json!({"target": n});
             match super::del::del_one(&d, Duration::from_secs(a.timeout)) {
-                Ok(()) => println!("{n}: deleted {}", d.bdev),
-                Err(e) => {
-                    eprintln!("srp-ublk: error: {n}: {e:#}");
-                    failed += 1;
-                }
+                Ok(()) => report.done(&d.bdev, format!("{n}: deleted {}", d.bdev), target),
+                Err(e) => report.failed(&d.bdev, e.context(format!("target file {n}"))),
             }
         }
     }
-    if failed > 0 {
-        return Err(super::status::failed(
-            super::status::Exit::Partial,
-            format!("{failed} device(s) not deleted"),
-        ));
-    }
-    Ok(())
+    report.finish("deleted")
 }
 
 /// Reaps the daemons this supervisor started that have exited (`del`, or killed), so that none

@@ -4,9 +4,10 @@
 //! was started from; the new image logs in and takes the device over as `recover` does. Applications
 //! see a pause, no error.
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
 use nix::sys::signal::Signal::SIGUSR2;
+use serde_json::json;
 use srp_ublk::session::state::DeviceState;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,9 @@ pub struct UpgradeArgs {
     /// Seconds to wait for each daemon's new image to serve its device.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Report as JSON: an object per device (`device`, `ok`, `pid`, `paused_ms` or `error`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `upgrade`.
@@ -34,11 +38,7 @@ pub fn run(a: UpgradeArgs) -> anyhow::Result<()> {
             .collect()
     } else {
         let id = a.id.unwrap_or(0);
-        let d = DeviceState::read(&DeviceState::path(id)).with_context(|| {
-            super::status::not_found(format!(
-                "no srp-ublk device /dev/ublkb{id} (see `srp-ublk list`)"
-            ))
-        })?;
+        let d = super::device::state(id)?;
         if !super::daemon::alive(&d) {
             bail!(
                 "/dev/ublkb{id} has no running daemon ({}): `srp-ublk recover -n {id}` starts one \
@@ -48,27 +48,22 @@ pub fn run(a: UpgradeArgs) -> anyhow::Result<()> {
         }
         vec![d]
     };
-    let mut failed = 0;
+    let mut report = super::report::Report::new(a.json);
     for d in devs {
         match upgrade_one(&d, Duration::from_secs(a.timeout)) {
-            Ok(took) => println!(
-                "{}: daemon pid {} runs the installed binary again; serving {took:.1?} after the \
-                 signal (I/O paused at most that long)",
-                d.bdev, d.pid
+            Ok(took) => report.done(
+                &d.bdev,
+                format!(
+                    "{}: daemon pid {} runs the installed binary again; serving {took:.1?} after \
+                     the signal (I/O paused at most that long)",
+                    d.bdev, d.pid
+                ),
+                json!({"pid": d.pid, "paused_ms": took.as_millis() as u64}),
             ),
-            Err(e) => {
-                eprintln!("srp-ublk: error: {}: {e:#}", d.bdev);
-                failed += 1;
-            }
+            Err(e) => report.failed(&d.bdev, e),
         }
     }
-    if failed > 0 {
-        return Err(super::status::failed(
-            super::status::Exit::Partial,
-            format!("{failed} device(s) not upgraded"),
-        ));
-    }
-    Ok(())
+    report.finish("upgraded")
 }
 
 fn upgrade_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<Duration> {

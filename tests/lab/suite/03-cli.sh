@@ -5,6 +5,9 @@ out=$(srp-ublk target parse "$SRP_TARGET") || fail "srp-ublk target parse '$SRP_
 echo "$out"
 expect_contains "parsed target" "$out" "target_port_id: ${SRP_SERVICE_GUID}${SRP_SERVICE_GUID}"
 expect_contains "parsed target" "$out" "dest: 10.77.0.1:5555"
+js=$(srp-ublk target parse --json "$SRP_TARGET") || fail "srp-ublk target parse --json: $js"
+expect_contains "target parse --json" "$js" "\"target_port_id\": \"${SRP_SERVICE_GUID}${SRP_SERVICE_GUID}\""
+expect_contains "target parse --json" "$js" '"dest": "10.77.0.1:5555"'
 # a bad string: non-zero exit and a message that quotes the bad token
 if bad=$(srp-ublk target parse "id_ext=$SRP_SERVICE_GUID,ioc_guid=zz,dest=10.77.0.1:5555" 2>&1); then
     fail "a bad ioc_guid was accepted: $bad"

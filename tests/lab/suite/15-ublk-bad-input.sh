@@ -23,7 +23,7 @@ expect_fail "no ACL" 6 "0x10006" \
 expect_fail "no ACL names the ACL" 6 "ACL for 10.77.0.2" \
     srp-ublk add --target "id_ext=$SG,ioc_guid=$SG,dest=10.77.0.2:5555"
 expect_fail "bad target string" 2 "ioc_guid=xyz" srp-ublk add --target "id_ext=1,ioc_guid=xyz,dest=10.77.0.1:5555"
-expect_fail "del of no device" 4 "no device /dev/ublkb9" srp-ublk del -n 9
+expect_fail "del of no device" 4 "no srp-ublk device /dev/ublkb9 (no /run/srp-ublk/ublkb9.json" srp-ublk del -n 9
 expect_fail "a device name that is no device" 2 "not an srp-ublk device" srp-ublk resize -n /dev/null
 ! ls /dev/ublkb* >/dev/null 2>&1 || fail "a failed add left a device behind"
 ! pidof srp-ublk >/dev/null || fail "a failed add left a daemon behind"

@@ -21,7 +21,7 @@ el=$(since "$t")
 awk -v e="$el" 'BEGIN{exit !(e >= 19.5)}' || fail "the device went away after ${el} s, before dev_loss_tmo (20 s)"
 ok "$dev removed after ${el} s (dev_loss_tmo 20 s)"
 i=0; while [ -n "$(srp-ublk list --json | grep bdev)" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-expect_eq "srp-ublk list" "$(srp-ublk list)" "no srp-ublk devices"
+expect_eq "srp-ublk list" "$(srp-ublk list)" "no srp-ublk devices or exports"
 echo 1 > "$SRP_TPG/enable"
 trap - EXIT
 ublk_cleanup
