@@ -4,7 +4,19 @@
 //! checks as it checks typed options.
 
 use anyhow::bail;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Where target files live (`SRP_UBLK_CONF_DIR` overrides it, for tests).
+pub fn targets_dir() -> PathBuf {
+    std::env::var_os("SRP_UBLK_CONF_DIR")
+        .map_or_else(|| PathBuf::from("/etc/srp-ublk/targets.d"), PathBuf::from)
+}
+
+/// Where export files live (`SRP_UBLK_EXPORTS_DIR` overrides it, for tests).
+pub fn exports_dir() -> PathBuf {
+    std::env::var_os("SRP_UBLK_EXPORTS_DIR")
+        .map_or_else(|| PathBuf::from("/etc/srp-ublk/exports.d"), PathBuf::from)
+}
 
 /// What a kind of file may say.
 pub struct Keys<'a> {

@@ -122,7 +122,7 @@ fn read_export(config: &str) -> anyhow::Result<ServeArgs> {
     let file = if config.contains('/') {
         std::path::PathBuf::from(config)
     } else {
-        std::path::Path::new("/etc/srp-ublk/exports.d").join(format!("{config}.conf"))
+        super::conf::exports_dir().join(format!("{config}.conf"))
     };
     let text = std::fs::read_to_string(&file).with_context(|| {
         super::status::not_found(format!("cannot read export file {}", file.display()))

@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser};
 use srp_ublk::session::state::DeviceState;
 use srp_ublk::wire::target::TargetSpec;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// The keys a target file may set (`add`'s long options).
@@ -30,12 +30,6 @@ const KEYS: [&str; 10] = [
     "fast-io-fail-tmo",
     "dev-loss-tmo",
 ];
-
-/// Where target files live (`SRP_UBLK_CONF_DIR` overrides it, for tests).
-pub fn conf_dir() -> PathBuf {
-    std::env::var_os("SRP_UBLK_CONF_DIR")
-        .map_or_else(|| PathBuf::from("/etc/srp-ublk/targets.d"), PathBuf::from)
-}
 
 /// `srp-ublk up ...`
 #[derive(Debug, Args)]
@@ -95,7 +89,7 @@ fn conf_argv(text: &str, file: &Path) -> anyhow::Result<Vec<String>> {
 }
 
 fn read_conf(name: &str) -> anyhow::Result<Conf> {
-    let file = conf_dir().join(format!("{name}.conf"));
+    let file = super::conf::targets_dir().join(format!("{name}.conf"));
     let text = std::fs::read_to_string(&file)
         .with_context(|| format!("cannot read target file {}", file.display()))?;
     let argv = conf_argv(&text, &file)?;
@@ -131,7 +125,7 @@ fn names(given: &[String]) -> anyhow::Result<Vec<String>> {
     if !given.is_empty() {
         return Ok(given.to_vec());
     }
-    let dir = conf_dir();
+    let dir = super::conf::targets_dir();
     let mut v: Vec<String> = std::fs::read_dir(&dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
         .flatten()
