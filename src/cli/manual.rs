@@ -189,6 +189,14 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "srp-ublk serve --nbd unix:/run/srp-ublk/vm0.sock --name vm0 --target \"$T\"",
             ),
             (
+                "A vhost-user-blk disk for a VM (QEMU's vhost-user-blk-pci, guest memory shared):",
+                "srp-ublk serve --vhost-user-blk /run/srp-ublk/vm1.sock --name vm1 --target \"$T\"",
+            ),
+            (
+                "The export /etc/srp-ublk/exports.d/vm0.conf describes (what srp-ublk-serve@vm0 runs):",
+                "srp-ublk serve --config vm0",
+            ),
+            (
                 "A RAM disk to measure a client against (not storage):",
                 "srp-ublk serve --backend mem:1G --name test",
             ),

@@ -219,14 +219,14 @@ pub enum Command {
     Discover(discover::DiscoverArgs),
     /// Stop a device: log its channels out and remove it.
     Del(del::DelArgs),
-    /// List srp-ublk devices with their targets, channels and credits.
+    /// List srp-ublk devices and exports with their targets, channels and credits.
     List(list::ListArgs),
     /// After a daemon crash: log in again and resume the device (ublk user recovery).
     Recover(recover::RecoverArgs),
     /// Re-read a device's LUN capacity now and resize the device to it (after growing the LUN).
     Resize(resize::ResizeArgs),
-    /// What each device and queue is doing: IOPS, MB/s, latency percentiles, errors, reconnects;
-    /// or every counter in the Prometheus text format (--prometheus FILE).
+    /// What each device, export and queue is doing: IOPS, MB/s, latency percentiles, errors,
+    /// reconnects; or every counter in the Prometheus text format (--prometheus FILE).
     Stats(stats::StatsArgs),
     /// Serve a target's LUN (or a demo backend) as an NBD export, or as a vhost-user-blk disk for a
     /// VMM, in the foreground.
