@@ -6,7 +6,7 @@
 #  - a vhost-user-blk socket is made the same way
 #  - an export file in /etc/srp-ublk/exports.d served by srp-ublk-serve@NAME, logging to the journal
 . /usr/lib/srp-lab/suite/lib.sh
-trap 'kill ${SRV:-} ${VPID:-} 2>/dev/null; systemctl stop srp-ublk-serve@vm1 2>/dev/null; rm -f /etc/srp-ublk/exports.d/vm1.conf; ublk_cleanup' EXIT
+trap 'kill ${SRV:-} ${VPID:-} 2>/dev/null; systemctl stop srp-ublk-serve@vm1 srp-ublk-serve@vm2 2>/dev/null; rm -f /etc/srp-ublk/exports.d/vm1.conf /etc/srp-ublk/exports.d/vm2.conf; ublk_cleanup' EXIT
 S=/run/srp-ublk/grp.sock
 URI="nbd+unix:///grp?socket=$S"
 as() { _g=$1; shift; setpriv --reuid=nobody --regid="$_g" --clear-groups "$@"; }
@@ -46,5 +46,18 @@ expect_eq "the unit after stop" "$(systemctl is-active srp-ublk-serve@vm1)" inac
 expect_eq "exports listed after the unit stopped" "$(srp-ublk list | grep -c '^export')" 0
 rm -f /etc/srp-ublk/exports.d/vm1.conf
 ok "srp-ublk-serve@vm1 served exports.d/vm1.conf to the disk group and logged to its journal"
+# a vhost-user-blk export as a unit: its socket, and its entry in `srp-ublk list` while it runs
+printf 'target = %s\nqueues = 1\nvhost-user-blk = /run/srp-ublk/vm2.sock\n' "$SRP_TARGET" > /etc/srp-ublk/exports.d/vm2.conf
+systemctl start srp-ublk-serve@vm2 || fail "systemctl start srp-ublk-serve@vm2: $(journalctl -u srp-ublk-serve@vm2 --no-pager | tail)"
+i=0; while ! srp-ublk list | grep -q '^export vm2 ' && [ $i -lt 300 ]; do sleep 0.2; i=$((i + 1)); done
+list=$(srp-ublk list)
+echo "$list"
+expect_contains "list" "$list" "export vm2  vhost-user-blk /run/srp-ublk/vm2.sock"
+expect_contains "list" "$list" "    unit srp-ublk-serve@vm2.service"
+[ -S /run/srp-ublk/vm2.sock ] || fail "no vhost-user socket /run/srp-ublk/vm2.sock"
+systemctl stop srp-ublk-serve@vm2 || fail "systemctl stop srp-ublk-serve@vm2"
+expect_eq "exports listed after the unit stopped" "$(srp-ublk list | grep -c '^export')" 0
+rm -f /etc/srp-ublk/exports.d/vm2.conf
+ok "srp-ublk-serve@vm2 served a vhost-user-blk export file, listed while it ran"
 trap - EXIT
 ublk_cleanup
