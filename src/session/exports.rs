@@ -3,7 +3,7 @@
 //! Written by the server once it listens, refreshed with live counters every 2 s, removed when it
 //! stops; a file whose server died is replaced by the next server on the same socket.
 
-use super::state::{process, run_dir, write_json, Daemon, QueueState};
+use super::state::{process, read_all, run_dir, write_json, Daemon, QueueState};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -75,26 +75,13 @@ impl ExportState {
         write_json(&Self::path(self.pid), self)
     }
 
-    /// Reads one state file.
-    pub fn read(path: &Path) -> std::io::Result<ExportState> {
-        let b = std::fs::read(path)?;
-        serde_json::from_slice(&b)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-    }
-
     /// Every export with a state file, by name.
     pub fn all() -> Vec<ExportState> {
         Self::all_in(&Self::dir())
     }
 
     fn all_in(dir: &Path) -> Vec<ExportState> {
-        let mut v: Vec<ExportState> = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
-            .filter_map(|e| ExportState::read(&e.path()).ok())
-            .collect();
+        let mut v: Vec<ExportState> = read_all(dir);
         v.sort_by(|a, b| (&a.name, a.pid).cmp(&(&b.name, b.pid)));
         v
     }

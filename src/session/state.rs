@@ -180,20 +180,12 @@ impl DeviceState {
 
     /// Reads one state file.
     pub fn read(path: &Path) -> std::io::Result<DeviceState> {
-        let b = std::fs::read(path)?;
-        serde_json::from_slice(&b)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        read_json(path)
     }
 
     /// Every device with a state file, sorted by id.
     pub fn all() -> Vec<DeviceState> {
-        let mut v: Vec<DeviceState> = std::fs::read_dir(run_dir())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
-            .filter_map(|e| DeviceState::read(&e.path()).ok())
-            .collect();
+        let mut v: Vec<DeviceState> = read_all(&run_dir());
         v.sort_by_key(|d| d.dev_id);
         v
     }
@@ -238,6 +230,23 @@ impl DeviceState {
     pub fn remove(dev_id: u32) {
         let _ = std::fs::remove_file(Self::path(dev_id));
     }
+}
+
+/// Reads a JSON state file.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result<T> {
+    let b = std::fs::read(path)?;
+    serde_json::from_slice(&b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Every `*.json` file in `dir` that reads as a `T` (others are passed over).
+pub fn read_all<T: serde::de::DeserializeOwned>(dir: &Path) -> Vec<T> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter_map(|e| read_json(&e.path()).ok())
+        .collect()
 }
 
 /// Writes `value` as JSON to `path` atomically, 0600, through a new file: never through a link
