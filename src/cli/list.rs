@@ -166,8 +166,13 @@ fn print_memory(m: &srp_ublk::rdma::mem::MemCounts) {
     );
 }
 
-/// A queue's line: its channel, its thread and its counters.
+/// A queue's line: its channel, its thread and its counters (an export's slot that no connection
+/// has used yet has none).
 fn print_queue(pid: u32, rdma_device: &str, q: &QueueState) {
+    if q.state == "idle" {
+        println!("    q{} channel {}: no connection has used it yet", q.qid, q.state);
+        return;
+    }
     let copies = if q.zero_copy_bytes + q.copied_bytes > 0 {
         format!(
             " zero copy {} MiB copied {} MiB",
@@ -177,8 +182,13 @@ fn print_queue(pid: u32, rdma_device: &str, q: &QueueState) {
     } else {
         String::new()
     };
+    // an export's channels log in as connections take them: no login figure is kept
+    let login = match q.req_lim_login {
+        0 => String::new(),
+        n => format!(" (login {n})"),
+    };
     println!(
-        "    q{} channel {} via {}: tid {} cpus {} credits {} (login {}) cmds {} credit stalls {} \
+        "    q{} channel {} via {}: tid {} cpus {} credits {}{login} cmds {} credit stalls {} \
          reconnects {}{copies}",
         q.qid,
         q.state,
@@ -186,7 +196,6 @@ fn print_queue(pid: u32, rdma_device: &str, q: &QueueState) {
         q.tid,
         thread_cpus(pid, q.tid),
         q.req_lim,
-        q.req_lim_login,
         q.cmds,
         q.credit_stalls,
         q.reconnects
