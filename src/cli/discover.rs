@@ -31,8 +31,9 @@ pub struct DiscoverArgs {
           conflicts_with_all = ["dest", "target"])]
     pub ib: Option<String>,
     /// With --ib: an srp_daemon.conf-style rules file (default /etc/srp_daemon.conf when it
-    /// exists): disallowed targets are left out, allowed ones get the rule's options.
-    #[arg(long, requires = "ib")]
+    /// exists, as srp_daemon's -f): disallowed targets are left out, allowed ones get the rule's
+    /// options.
+    #[arg(long, short = 'f', requires = "ib")]
     pub rules: Option<std::path::PathBuf>,
     /// A full target string instead (lists its LUNs).
     #[arg(long, short = 't')]
