@@ -170,10 +170,7 @@ fn print_memory(m: &srp_ublk::rdma::mem::MemCounts) {
 /// has used yet has none).
 fn print_queue(pid: u32, rdma_device: &str, q: &QueueState) {
     if q.state == "idle" {
-        println!(
-            "    q{} channel {}: no connection has used it yet",
-            q.qid, q.state
-        );
+        println!("    q{} channel {}: not used yet", q.qid, q.state);
         return;
     }
     let copies = if q.zero_copy_bytes + q.copied_bytes > 0 {
