@@ -8,8 +8,16 @@ use srp_ublk::frontend::status::ExportStatus;
 use srp_ublk::session::exports::ExportState;
 use srp_ublk::session::state::{own_unit, ProcStat, QueueState};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
+
+/// Whether a stop signal is removing the state file: the refresh then writes no more (held while
+/// the file is written or removed, so that a write cannot put it back after the removal).
+static STOPPING: Mutex<bool> = Mutex::new(false);
+
+fn stopping() -> std::sync::MutexGuard<'static, bool> {
+    STOPPING.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Makes SIGTERM and SIGINT remove the export's state file before they end the process as they
 /// would have: blocks them in this thread and every thread it starts afterwards (call it before
@@ -26,6 +34,8 @@ pub fn stop_removes_state() -> anyhow::Result<()> {
         .spawn(move || {
             while let Ok(sig) = stop.wait() {
                 tracing::info!("{sig}: stopping");
+                let mut gone = stopping();
+                *gone = true;
                 ExportState::remove(pid);
                 // die of the signal, as a server that never blocked it does
                 let mut one = SigSet::empty();
@@ -35,6 +45,7 @@ pub fn stop_removes_state() -> anyhow::Result<()> {
                 // still here: the signal is ignored (SIGINT in a shell's background job); the
                 // state file comes back with the next refresh
                 let _ = one.thread_block();
+                *gone = false;
                 tracing::info!("{sig} is ignored by this process: serving on");
             }
         });
@@ -72,7 +83,7 @@ pub fn base(name: &str, kind: &str, listen: String, status: &ExportStatus) -> Ex
 pub fn publish(mut state: ExportState, status: Arc<ExportStatus>) {
     ExportState::forget_dead(&state.listen);
     refresh(&mut state, &status);
-    if let Err(e) = state.write() {
+    if let Err(e) = write(&state) {
         tracing::warn!(
             "cannot write {}: {e}; `srp-ublk list` and `stats` will not show this export",
             ExportState::path(state.pid).display()
@@ -83,11 +94,20 @@ pub fn publish(mut state: ExportState, status: Arc<ExportStatus>) {
         .spawn(move || loop {
             std::thread::sleep(Duration::from_secs(2));
             refresh(&mut state, &status);
-            let _ = state.write();
+            let _ = write(&state);
         });
     if let Err(e) = spawned {
         tracing::warn!("no thread to refresh the export's state file: {e}");
     }
+}
+
+/// Writes the state file unless the server is stopping.
+fn write(state: &ExportState) -> std::io::Result<()> {
+    let gone = stopping();
+    if *gone {
+        return Ok(());
+    }
+    state.write()
 }
 
 /// The live part of the state: connections, queues, registrations, the time.
