@@ -23,9 +23,10 @@ impl Report {
         }
     }
 
-    /// `device` done: `line` for people, `detail` (an object) added to its JSON.
+    /// `device` done: `line` for people (none when empty), `detail` (an object) added to its
+    /// JSON.
     pub fn done(&mut self, device: &str, line: String, detail: Value) {
-        if !self.json {
+        if !self.json && !line.is_empty() {
             println!("{line}");
         }
         let mut row = json!({"device": device, "ok": true});
@@ -35,7 +36,7 @@ impl Report {
         self.rows.push(row);
     }
 
-    /// `device` failed with `e`.
+    /// `device` failed with `e` (whose message names the device).
     pub fn failed(&mut self, device: &str, e: anyhow::Error) {
         self.rows
             .push(json!({"device": device, "ok": false, "error": format!("{e:#}")}));
@@ -58,8 +59,8 @@ impl Report {
         if self.errors.is_empty() {
             return Ok(());
         }
-        for (device, e) in &self.errors {
-            eprintln!("srp-ublk: error: {device}: {e:#}");
+        for (_, e) in &self.errors {
+            eprintln!("srp-ublk: error: {e:#}");
         }
         let names: Vec<&str> = self.errors.iter().map(|(d, _)| d.as_str()).collect();
         let exit = if done > 0 {

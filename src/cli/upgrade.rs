@@ -60,7 +60,7 @@ pub fn run(a: UpgradeArgs) -> anyhow::Result<()> {
                 ),
                 json!({"pid": d.pid, "paused_ms": took.as_millis() as u64}),
             ),
-            Err(e) => report.failed(&d.bdev, e),
+            Err(e) => report.failed(&d.bdev, e.context(format!("upgrading {}", d.bdev))),
         }
     }
     report.finish("upgraded")
