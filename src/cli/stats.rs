@@ -44,7 +44,9 @@ struct Subject {
     /// Its Prometheus labels: `device="ublkbN",lun="L"` or `export="NAME",lun="L"`.
     label: String,
     updated_ms: u64,
-    alive: bool,
+    /// Whose process serves it: asked only for the Prometheus file (a device's costs a look at
+    /// the kernel's ublk server, not for every sample of the rates).
+    server: Server,
     queues: Vec<QueueState>,
     memory: Option<MemCounts>,
     /// An export's clients: connected now, and since it started.
@@ -53,32 +55,48 @@ struct Subject {
     vhost: bool,
 }
 
+/// A subject's process, as its state file names it.
+enum Server {
+    /// A device's daemon (its state file, queues taken out).
+    Device(Box<DeviceState>),
+    /// An export's server (its state file, queues taken out).
+    Export(Box<ExportState>),
+}
+
 impl Subject {
-    fn device(d: DeviceState) -> Subject {
+    fn device(mut d: DeviceState) -> Subject {
         Subject {
             key: format!("ublkb{}", d.dev_id),
             label: format!("device=\"ublkb{}\",lun=\"{}\"", d.dev_id, d.lun),
-            alive: super::daemon::alive(&d),
-            name: d.bdev,
+            name: d.bdev.clone(),
             updated_ms: d.updated_ms,
-            queues: d.queues,
-            memory: d.memory,
+            queues: std::mem::take(&mut d.queues),
+            memory: d.memory.take(),
             connections: None,
             vhost: false,
+            server: Server::Device(Box::new(d)),
         }
     }
 
-    fn export(e: ExportState) -> Subject {
+    /// Whether its daemon or server runs.
+    fn alive(&self) -> bool {
+        match &self.server {
+            Server::Device(d) => super::daemon::alive(d),
+            Server::Export(e) => e.alive(),
+        }
+    }
+
+    fn export(mut e: ExportState) -> Subject {
         Subject {
             key: format!("export {} {}", e.name, e.pid),
             name: format!("export {}", e.name),
             label: format!("export=\"{}\",lun=\"{}\"", label_value(&e.name), e.lun),
-            alive: e.alive(),
             updated_ms: e.updated_ms,
-            queues: e.queues,
-            memory: e.memory,
+            queues: std::mem::take(&mut e.queues),
+            memory: e.memory.take(),
             connections: Some((e.connections, e.connections_total)),
             vhost: e.kind == "vhost-user-blk",
+            server: Server::Export(Box::new(e)),
         }
     }
 }
@@ -395,8 +413,9 @@ fn prometheus(subjects: &[Subject]) -> String {
     let name = "srp_ublk_queue_running";
     let _ = writeln!(s, "# HELP {name} 1 while the queue's SRP channel carries I/O, 0 while it is down.\n# TYPE {name} gauge");
     for d in subjects {
+        let alive = d.alive();
         for q in &d.queues {
-            let up = u8::from(q.state == "running" && d.alive);
+            let up = u8::from(q.state == "running" && alive);
             let _ = writeln!(s, "{name}{{{}}} {up}", label(d, q.qid));
         }
     }
