@@ -6,8 +6,8 @@
 //! usage: hotpath [IOS]
 
 use srp_ublk::channel::{
-    Channel, ChannelConfig, DataBuf, DataDir, ScsiCmd, Transport, TransportError, Wc, WcKind,
-    WcStatus,
+    Channel, ChannelConfig, DataBuf, DataDir, Login, Memory, Post, ScsiCmd, TransportError, Wc,
+    WcKind, WcStatus,
 };
 use srp_ublk::wire::scsi::Cdb;
 use srp_ublk::wire::srp::{ScsiLun, SrpRsp};
@@ -39,30 +39,11 @@ impl Instant {
     }
 }
 
-impl Transport for Instant {
-    type Registered = ();
-    fn register(
-        &mut self,
-        mem: &srp_ublk::rdma::Lent,
-    ) -> Result<((), Vec<DataBuf>), srp_ublk::channel::TransportError> {
-        let descs = mem
-            .regions()
-            .map(|(addr, len)| DataBuf {
-                addr,
-                len: len as u32,
-                lkey: 1,
-                rkey: 1,
-            })
-            .collect();
-        Ok(((), descs))
-    }
-    fn adopt(&mut self, _: &()) -> bool {
-        true
-    }
-    fn release_bufs(&mut self) {}
+impl Post for Instant {
     fn send_buf(&mut self, slot: u16) -> &mut [u8] {
         &mut self.send[usize::from(slot)]
     }
+
     fn post_send(
         &mut self,
         slot: u16,
@@ -94,15 +75,19 @@ impl Transport for Instant {
         });
         Ok(())
     }
+
     fn recv_buf(&self, idx: u16) -> &[u8] {
         &self.recv[usize::from(idx)]
     }
+
     fn post_recv(&mut self, _idx: u16) -> Result<(), TransportError> {
         Ok(())
     }
+
     fn nr_recv(&self) -> u16 {
         self.recv.len() as u16
     }
+
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError> {
         let n = out.len().min(self.cq.len());
         for (o, wc) in out.iter_mut().zip(self.cq.drain(..n)) {
@@ -110,16 +95,47 @@ impl Transport for Instant {
         }
         Ok(n)
     }
+
     fn arm(&mut self, _sends: bool) -> Result<(), TransportError> {
         Ok(())
     }
+
     fn notify_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+
     fn ack_notify(&mut self) -> Result<(), TransportError> {
         Ok(())
     }
 }
+
+impl Memory for Instant {
+    type Registered = ();
+
+    fn register(
+        &mut self,
+        mem: &srp_ublk::rdma::Lent,
+    ) -> Result<((), Vec<DataBuf>), srp_ublk::channel::TransportError> {
+        let descs = mem
+            .regions()
+            .map(|(addr, len)| DataBuf {
+                addr,
+                len: len as u32,
+                lkey: 1,
+                rkey: 1,
+            })
+            .collect();
+        Ok(((), descs))
+    }
+
+    fn adopt(&mut self, _: &()) -> bool {
+        true
+    }
+
+    fn release_bufs(&mut self) {}
+}
+
+impl Login for Instant {}
 
 fn main() {
     let ios: u64 = std::env::args()

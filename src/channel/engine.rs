@@ -331,7 +331,7 @@ impl<T: Transport> Channel<T> {
         self.req_lim > 1 && self.slots.any_free() && !self.paused
     }
 
-    /// Whether the front end should be woken by a SEND completion ([`Transport::arm`]): when
+    /// Whether the front end should be woken by a SEND completion ([`Post::arm`](super::Post::arm)): when
     /// something waits for a free slot, and while a lone command's SEND is out (the early wake-up,
     /// see `send_cmd`). Otherwise the next pass reaps them.
     pub fn wants_send_completions(&self) -> bool {

@@ -1,16 +1,16 @@
-//! An in-process SRP target behind the [`Transport`] trait, for fast deterministic tests and fault
-//! injection (what the lab cannot trigger on demand). It executes SRP_CMDs against a RAM disk: READ(16),
+//! An in-process SRP target behind the [`Transport`](super::Transport) traits, for fast deterministic
+//! tests and fault injection (what the lab cannot trigger on demand). It executes SRP_CMDs against a RAM disk: READ(16),
 //! WRITE(16), SYNCHRONIZE CACHE(16), UNMAP, WRITE SAME(16), TEST UNIT READY, READ CAPACITY(16).
 //!
 //! Data buffers are owned by the fake ([`FakeTarget::alloc`]): a descriptor's `key` names the buffer
 //! and `va - addr` is the offset, so no raw memory is touched. With [`RkeyScope::Command`] (the
 //! default, as in production) the target reaches a buffer only through the window the engine opens
-//! per command ([`Transport::open_window`]), in its direction and range, until it is closed; a
+//! per command ([`Memory::open_window`]), in its direction and range, until it is closed; a
 //! remote access outside one fails the way a real HCA fails it (the QP goes to the error state).
 
 use super::{
-    DataBuf, PortDown, RemoteAccess, Transport, TransportCause, TransportError, Wc, WcKind,
-    WcStatus,
+    DataBuf, Login, Memory, PortDown, Post, RemoteAccess, TransportCause, TransportError, Wc,
+    WcKind, WcStatus,
 };
 use crate::rdma::Lent;
 use crate::wire::scsi::cdb::op;
@@ -49,9 +49,9 @@ pub struct Faults {
     /// The next chain's post fails at this work request (0 = the first): the ones before it go,
     /// it and the rest do not (`ibv_post_send`'s `bad_wr`).
     pub fail_post_at: Option<usize>,
-    /// The local link is down: [`Transport::link_down`] says so.
+    /// The local link is down: [`Login::link_down`] says so.
     pub link_down: bool,
-    /// The RDMA device is being removed: [`Transport::release_if_removed`] releases the login.
+    /// The RDMA device is being removed: [`Login::release_if_removed`] releases the login.
     pub removed: bool,
     /// Operation codes answered ILLEGAL REQUEST, INVALID COMMAND OPERATION CODE (a LUN that
     /// announced a command in its VPD pages and refuses it).
@@ -77,13 +77,13 @@ pub struct FakeTarget {
     recv: Vec<Vec<u8>>,
     recv_posted: Vec<bool>,
     bufs: Vec<Vec<u8>>,
-    /// Tag buffers registered by [`Transport::register`] or adopted: (first key, how many,
+    /// Tag buffers registered by [`Memory::register`] or adopted: (first key, how many,
     /// the memory).
     tag_bufs: Vec<(u32, u32, Lent)>,
     next_tag_key: u32,
     /// The simulated RDMA device: a registration made on one serves a login on the same one.
     pub device: u32,
-    /// Registrations made ([`Transport::register`]), by this login and its predecessors.
+    /// Registrations made ([`Memory::register`]), by this login and its predecessors.
     pub registrations: u32,
     cq: VecDeque<Wc>,
     outbox: VecDeque<Vec<u8>>,
@@ -98,7 +98,7 @@ pub struct FakeTarget {
     /// Whether the last arm asked for send completions too.
     pub armed_sends: bool,
     stopped: bool,
-    /// Closed by [`Transport::release_if_removed`].
+    /// Closed by [`Login::release_if_removed`].
     pub released: bool,
     /// How long the target may reach a buffer.
     pub rkey_scope: RkeyScope,
@@ -110,7 +110,7 @@ pub struct FakeTarget {
     pub access_errors: u32,
     /// Open windows, by tag and segment.
     windows: Vec<Vec<Option<FakeWindow>>>,
-    /// The most data segments a command may have ([`Transport::max_segments`]).
+    /// The most data segments a command may have ([`Memory::max_segments`]).
     pub max_segs: u16,
     next_window_key: u32,
     /// Real fds to sleep on ([`FakeTarget::with_fds`]).
@@ -570,9 +570,7 @@ pub fn sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
     crate::wire::scsi::sense::fixed_sense(key, asc, ascq).to_vec()
 }
 
-impl Transport for FakeTarget {
-    type Registered = FakeRegistration;
-
+impl Post for FakeTarget {
     fn send_buf(&mut self, slot: u16) -> &mut [u8] {
         &mut self.send_slots[usize::from(slot)]
     }
@@ -643,26 +641,10 @@ impl Transport for FakeTarget {
         }
         Ok(())
     }
+}
 
-    fn cm_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.fds.as_ref().map(|f| f.cm_fd())
-    }
-
-    fn poll_cm(&mut self) -> Option<String> {
-        let ev = self.fds.as_mut()?.next_event()?;
-        if ev == "DISCONNECTED" {
-            // rdma_disconnect: the queue pair goes to the error state, posted receives flush
-            self.outbox.clear();
-            self.cq.push_back(Wc {
-                kind: WcKind::Recv,
-                id: 0,
-                len: 0,
-                status: WcStatus::Flushed,
-            });
-            self.kick();
-        }
-        Some(ev.to_string())
-    }
+impl Memory for FakeTarget {
+    type Registered = FakeRegistration;
 
     fn register(&mut self, mem: &Lent) -> Result<(FakeRegistration, Vec<DataBuf>), TransportError> {
         let first = self.next_tag_key;
@@ -734,6 +716,28 @@ impl Transport for FakeTarget {
 
     fn max_segments(&self) -> u16 {
         self.max_segs
+    }
+}
+
+impl Login for FakeTarget {
+    fn cm_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.fds.as_ref().map(|f| f.cm_fd())
+    }
+
+    fn poll_cm(&mut self) -> Option<String> {
+        let ev = self.fds.as_mut()?.next_event()?;
+        if ev == "DISCONNECTED" {
+            // rdma_disconnect: the queue pair goes to the error state, posted receives flush
+            self.outbox.clear();
+            self.cq.push_back(Wc {
+                kind: WcKind::Recv,
+                id: 0,
+                len: 0,
+                status: WcStatus::Flushed,
+            });
+            self.kick();
+        }
+        Some(ev.to_string())
     }
 
     fn stop(&mut self) {

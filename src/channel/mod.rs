@@ -1,15 +1,17 @@
 //! One SRP channel = one queue's I/O engine: tag table, credits (`req_lim`), send slots, receive ring,
 //! SRP_RSP handling, CRED_REQ / AER_REQ answers. Owned by one thread; nothing in it is shared.
 //!
-//! The engine is generic over a small [`Transport`] (post a send, post a receive, poll completions) so
-//! the RDMA endpoint drives it in production and an in-process fake target (`fake`, built for
-//! tests) drives it in tests. It never sees libublk or NBD: front ends hand it [`ScsiCmd`]s built by [`block`] and get
-//! [`Done`]s back.
+//! The engine is generic over a [`Transport`] ([`Post`] sends and receives and polls completions,
+//! [`Memory`] lends registered memory to the target, [`Login`] watches the login), so the RDMA
+//! endpoint drives it in production and an in-process fake target (`fake`, built for tests) drives
+//! it in tests. It never sees libublk or NBD: front ends hand it [`ScsiCmd`]s built by [`block`]
+//! and get [`Done`]s back.
 
 pub mod block;
 mod engine;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod fake;
+mod transport;
 
 pub use engine::{
     send_slots, Channel, ChannelConfig, ChannelStats, CmdOutcome, Done, DownReason, PortDown,
@@ -17,9 +19,9 @@ pub use engine::{
     TMF_TIMEOUT_MS,
 };
 
-use crate::rdma::Lent;
+pub use transport::{Login, Memory, Post, Transport};
+
 use crate::wire::scsi::Cdb;
-use std::os::fd::RawFd;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -160,113 +162,6 @@ pub enum TransportCause {
     /// The fake target refused work request N of a chain, as told to.
     #[error("work request {0} of the chain refused (injected)")]
     Injected(usize),
-}
-
-/// What the channel engine needs from the RDMA connection (or from a fake target).
-pub trait Transport {
-    /// Memory registered through [`Transport::register`].
-    type Registered: Send;
-    /// Send slot `slot`'s buffer, where an IU is encoded before [`Transport::post_send`].
-    fn send_buf(&mut self, slot: u16) -> &mut [u8];
-    /// Queues the first `len` bytes of send slot `slot` as one SEND (posted by
-    /// [`Transport::flush_sends`], or at once by a transport without a chain); with `imm`, that
-    /// buffer's bytes follow as a second gather entry (immediate data). Only a `signal`led SEND
-    /// reports its completion (a failed one always does); the SEND queue completes in order, so
-    /// that completion says every SEND posted before it completed too. The slot stays busy until
-    /// then.
-    fn post_send(
-        &mut self,
-        slot: u16,
-        len: usize,
-        imm: Option<DataBuf>,
-        signal: bool,
-    ) -> Result<(), TransportError>;
-    /// Posts the SENDs [`Transport::post_send`] queued, as one chain (one doorbell). A transport
-    /// that posts at once has nothing to do.
-    fn flush_sends(&mut self) -> Result<(), TransportError> {
-        Ok(())
-    }
-    /// Receive buffer `idx` (valid between its completion and the next [`Transport::post_recv`]).
-    fn recv_buf(&self, idx: u16) -> &[u8];
-    /// (Re)posts receive buffer `idx`.
-    fn post_recv(&mut self, idx: u16) -> Result<(), TransportError>;
-    /// Number of receive buffers.
-    fn nr_recv(&self) -> u16;
-    /// Polls up to `out.len()` completions.
-    fn poll(&mut self, out: &mut [Wc]) -> Result<usize, TransportError>;
-    /// Asks for a notification on [`Transport::notify_fd`] at the next receive completion, and with
-    /// `sends` at the next send completion too (a transport with one completion queue notifies at
-    /// either anyway).
-    fn arm(&mut self, sends: bool) -> Result<(), TransportError>;
-    /// A file descriptor that becomes readable when an armed completion arrives.
-    fn notify_fd(&self) -> Option<RawFd>;
-    /// Consumes pending notifications (after the fd became readable).
-    fn ack_notify(&mut self) -> Result<(), TransportError>;
-    /// Why the local link cannot carry the channel (its port is down), if it cannot. Asked only when
-    /// commands have waited [`LINK_CHECK_MS`] without a completion: a response lost with
-    /// the link leaves nothing for the HCA to retry, so no completion would ever say so.
-    fn link_down(&mut self) -> Option<PortDown> {
-        None
-    }
-    /// Registers `mem` for the target's RDMA on this transport's device: the registration (the
-    /// memory kept allocated while it lives), and one descriptor per region. A path keeps it from
-    /// one login to the next ([`Transport::adopt`]).
-    fn register(&mut self, mem: &Lent) -> Result<(Self::Registered, Vec<DataBuf>), TransportError>;
-    /// Whether `reg`, registered on an earlier login, serves this one too (the same device and
-    /// access): the target then reaches the buffers through it, with the keys it had.
-    fn adopt(&mut self, reg: &Self::Registered) -> bool;
-    /// Lets go of registered buffers (nothing in flight uses them): what closes their windows
-    /// goes out now, so that the registration can be dropped.
-    fn release_bufs(&mut self);
-    /// Opens `buf`, segment `seg` of the command on tag `win`, to the target in the one
-    /// direction `access` names, until [`Transport::close_window`]: returns the descriptor to
-    /// send, whose `rkey` reaches that byte range only. Queued ahead of the command's SEND, in the
-    /// same chain. A transport whose registrations are login-wide returns `buf` as it is.
-    fn open_window(
-        &mut self,
-        win: u16,
-        seg: u16,
-        buf: DataBuf,
-        access: RemoteAccess,
-    ) -> Result<DataBuf, TransportError> {
-        let _ = (win, seg, access);
-        Ok(buf)
-    }
-    /// Closes every open window of tag `win` (the command's response is in, or it was given
-    /// up): queued with the next post, so the target's access fails from then on, before any
-    /// later work request of this channel executes. Nothing to do when nothing is open.
-    fn close_window(&mut self, win: u16) {
-        let _ = win;
-    }
-    /// The most segments one command may have ([`Transport::open_window`]'s `seg` below it):
-    /// what the send queue was sized for.
-    fn max_segments(&self) -> u16 {
-        1
-    }
-    /// Stops the transport: no completion and no RDMA reaches a buffer any more (the QP in the
-    /// error state, drained); its disconnect waits until it is replaced or dropped.
-    fn stop(&mut self) {}
-    /// Whether [`Transport::stop`] (or a close) happened.
-    fn is_stopped(&self) -> bool {
-        false
-    }
-    /// Whether the device under the transport is going away (and the transport not yet
-    /// released): what [`Transport::release_if_removed`] would act on.
-    fn removing(&self) -> bool {
-        false
-    }
-    /// When the device under the transport is going away: closes it at once and says so.
-    fn release_if_removed(&mut self) -> bool {
-        false
-    }
-    /// The connection manager's event fd, if there is one.
-    fn cm_fd(&self) -> Option<RawFd> {
-        None
-    }
-    /// The next connection manager event (acted on), by name.
-    fn poll_cm(&mut self) -> Option<String> {
-        None
-    }
 }
 
 /// Which way a command's data goes, and where it lives.

@@ -1,7 +1,7 @@
 //! vhost-user-blk: the LUN as a virtio-blk disk a VMM (QEMU's `vhost-user-blk-pci`,
 //! cloud-hypervisor, crosvm) gives its guest, with no host block layer between the guest and the
 //! target. Built on rust-vmm's `vhost-user-backend`: one worker thread per virtqueue, each owning
-//! its own SRP channel ([`worker::Worker`]); the daemon's event loop wakes a worker on its queue's
+//! its own SRP channel (`worker::Worker`); the daemon's event loop wakes a worker on its queue's
 //! kick and on its own epoll fd (the channel's completion channel and connection manager, and a
 //! timer for the path's deadlines). The guest's memory is lent to each queue's path when the VMM
 //! sends its memory table, so a request's data goes to the target from the guest's own pages.

@@ -5,11 +5,11 @@
 //! in flight may still name it.
 
 use super::{Connect, Path, PathError};
-use crate::channel::{DataBuf, Transport};
+use crate::channel::{DataBuf, Login, Memory};
 use crate::rdma::Lent;
 
 /// A new login's registration of the loan, and its descriptors.
-pub(super) type Fresh<C> = (<<C as Connect>::T as Transport>::Registered, Vec<DataBuf>);
+pub(super) type Fresh<C> = (<<C as Connect>::T as Memory>::Registered, Vec<DataBuf>);
 
 /// The memory lent, its registration on the current login's device, and a descriptor per region.
 pub(super) struct Loan<R> {

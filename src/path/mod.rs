@@ -10,7 +10,7 @@
 //! every channel of the device reconnects together (ib_srp's `srp_reconnect_rport`).
 //!
 //! A front end hands the path block operations and takes completions from [`Path::service`], asks
-//! it what to wait on ([`Path::sleep`], the contract of [`drive`]) and tells it the time; it never
+//! it what to wait on ([`Path::sleep`], the contract of `drive`) and tells it the time; it never
 //! sees the transport.
 
 mod drive;
@@ -24,7 +24,9 @@ pub use drive::{Sleep, Woken};
 pub use session::SessionLink;
 
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
-use crate::channel::{clock_ms, Channel, DataBuf, Done, DownReason, Transport, TransportError};
+use crate::channel::{
+    clock_ms, Channel, DataBuf, Done, DownReason, Login, Memory, Post, Transport, TransportError,
+};
 use crate::rdma::{Endpoint, TagBufs};
 use crate::session::rport::{LinkState, Rport};
 use crate::session::{Relogin, SessionError, RELOGIN_STEP};
@@ -113,11 +115,11 @@ pub struct Path<C: Connect> {
     /// the channel starts down, or after its device went away). The registrations are dropped
     /// before the channel (field order): the login still holds the device then, so the last
     /// holder of a registration lets go of it while the device's context is open.
-    reg: Option<<C::T as Transport>::Registered>,
+    reg: Option<<C::T as Memory>::Registered>,
     /// Memory the front end lent ([`Path::lend`]).
-    loan: Option<loan::Loan<<C::T as Transport>::Registered>>,
+    loan: Option<loan::Loan<<C::T as Memory>::Registered>>,
     /// Registrations of replaced loans, until no command is outstanding.
-    retired: Vec<<C::T as Transport>::Registered>,
+    retired: Vec<<C::T as Memory>::Registered>,
     ch: Channel<C::T>,
     bufs: TagBufs,
     /// The descriptor of each registered region: tag `t`'s head at `t`, then the area

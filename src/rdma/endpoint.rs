@@ -10,7 +10,7 @@
 
 use super::mem::{Domain, Registration};
 use super::{sockaddr, RdmaError};
-use crate::channel::{DataBuf, Transport, TransportError};
+use crate::channel::{DataBuf, Post, TransportError};
 use crate::wire::srp::{
     parse_login_reply, BufFormats, LoginRej, LoginReply, LoginReq, LoginRsp, MultiChannelAction,
 };
@@ -169,7 +169,7 @@ pub struct Endpoint {
     recv_size: usize,
     nr_recv: u16,
     raw_wcs: Vec<ibv_wc>,
-    /// Work requests queued for one post (see [`Transport::flush_sends`]).
+    /// Work requests queued for one post (see [`Post::flush_sends`]).
     chain: Vec<transport::Queued>,
     /// The send queue's size in work requests: the chain is posted when it holds this many.
     send_wrs: usize,

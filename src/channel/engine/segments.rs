@@ -83,7 +83,7 @@ impl Segments {
 }
 
 /// Tag `tag`'s segments as an indirect descriptor (all inline), each opened to the target for
-/// `access` ([`Transport::open_window`]). Out of line and cold: a block device's commands have one
+/// `access` ([`Memory::open_window`]). Out of line and cold: a block device's commands have one
 /// segment, and the hot path stays as small as it was.
 #[cold]
 #[inline(never)]

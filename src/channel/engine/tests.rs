@@ -4,6 +4,7 @@
 use super::*;
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
 use crate::channel::fake::FakeTarget;
+use crate::channel::Login;
 use crate::wire::scsi::Cdb;
 use crate::wire::srp::{opcode, TskMgmtFunc};
 

@@ -3,7 +3,7 @@
 
 use super::cm::event_name;
 use super::Endpoint;
-use crate::channel::{Transport, Wc, WcKind, WcStatus};
+use crate::channel::{Post, Wc, WcKind, WcStatus};
 use rdma_sys::*;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};

@@ -3,8 +3,8 @@
 use super::window::data_access;
 use super::{Endpoint, WR_RECV, WR_SEND, WR_WINDOW};
 use crate::channel::{
-    DataBuf, PortDown, RemoteAccess, Transport, TransportCause, TransportError, Wc, WcKind,
-    WcStatus,
+    DataBuf, Login, Memory, PortDown, Post, RemoteAccess, TransportCause, TransportError, Wc,
+    WcKind, WcStatus,
 };
 use crate::rdma::mem::Registration;
 use crate::rdma::Lent;
@@ -12,7 +12,7 @@ use rdma_sys::*;
 use std::os::fd::RawFd;
 use std::ptr::null_mut;
 
-/// A work request queued for the next [`Transport::flush_sends`]: a SEND with its gather list
+/// A work request queued for the next [`Post::flush_sends`]: a SEND with its gather list
 /// (linked when the chain is posted), or a memory window's bind or invalidation.
 pub(super) struct Queued {
     pub(super) wr: ibv_send_wr,
@@ -141,9 +141,7 @@ impl Endpoint {
     }
 }
 
-impl Transport for Endpoint {
-    type Registered = Registration;
-
+impl Post for Endpoint {
     fn send_buf(&mut self, slot: u16) -> &mut [u8] {
         let r = self.slot_range(slot);
         &mut self.iu[r]
@@ -288,6 +286,45 @@ impl Transport for Endpoint {
         Ok(n)
     }
 
+    fn arm(&mut self, sends: bool) -> Result<(), TransportError> {
+        if self.closed {
+            return Ok(());
+        }
+        let cqs = [self.recv_cq, self.send_cq];
+        for (i, &cq) in cqs[..if sends { 2 } else { 1 }].iter().enumerate() {
+            if self.armed[i] {
+                continue;
+            }
+            // SAFETY: cq is valid while the endpoint is not closed.
+            let rc = unsafe { ibv_req_notify_cq(cq, 0) };
+            if rc != 0 {
+                return Err(terr("ibv_req_notify_cq", rc));
+            }
+            self.armed[i] = true;
+        }
+        Ok(())
+    }
+
+    fn notify_fd(&self) -> Option<RawFd> {
+        if self.comp.is_null() {
+            return None;
+        }
+        // SAFETY: comp is valid until close() nulls it.
+        Some(unsafe { (*self.comp).fd })
+    }
+
+    fn ack_notify(&mut self) -> Result<(), TransportError> {
+        // One event per wake-up: the CQ is armed again before the next sleep, and an event still
+        // queued keeps the fd readable, so the next poll of it returns at once (reading until
+        // EAGAIN cost a second read per wake-up).
+        self.take_cq_event();
+        Ok(())
+    }
+}
+
+impl Memory for Endpoint {
+    type Registered = Registration;
+
     fn register(&mut self, mem: &Lent) -> Result<(Registration, Vec<DataBuf>), TransportError> {
         let Some(domain) = self.domain.clone() else {
             return Err(closed("ibv_reg_mr"));
@@ -331,7 +368,9 @@ impl Transport for Endpoint {
     fn close_window(&mut self, win: u16) {
         self.invalidate_window(win);
     }
+}
 
+impl Login for Endpoint {
     fn stop(&mut self) {
         self.quiesce();
     }
@@ -363,40 +402,5 @@ impl Transport for Endpoint {
             port: self.port,
             state,
         })
-    }
-
-    fn arm(&mut self, sends: bool) -> Result<(), TransportError> {
-        if self.closed {
-            return Ok(());
-        }
-        let cqs = [self.recv_cq, self.send_cq];
-        for (i, &cq) in cqs[..if sends { 2 } else { 1 }].iter().enumerate() {
-            if self.armed[i] {
-                continue;
-            }
-            // SAFETY: cq is valid while the endpoint is not closed.
-            let rc = unsafe { ibv_req_notify_cq(cq, 0) };
-            if rc != 0 {
-                return Err(terr("ibv_req_notify_cq", rc));
-            }
-            self.armed[i] = true;
-        }
-        Ok(())
-    }
-
-    fn notify_fd(&self) -> Option<RawFd> {
-        if self.comp.is_null() {
-            return None;
-        }
-        // SAFETY: comp is valid until close() nulls it.
-        Some(unsafe { (*self.comp).fd })
-    }
-
-    fn ack_notify(&mut self) -> Result<(), TransportError> {
-        // One event per wake-up: the CQ is armed again before the next sleep, and an event still
-        // queued keeps the fd readable, so the next poll of it returns at once (reading until
-        // EAGAIN cost a second read per wake-up).
-        self.take_cq_event();
-        Ok(())
     }
 }

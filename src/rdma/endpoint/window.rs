@@ -125,7 +125,7 @@ impl Endpoint {
         Ok(i)
     }
 
-    /// [`Transport::open_window`](crate::channel::Transport::open_window) for the endpoint.
+    /// [`Memory::open_window`](crate::channel::Memory::open_window) for the endpoint.
     pub(super) fn bind_window(
         &mut self,
         win: u16,
@@ -173,7 +173,7 @@ impl Endpoint {
         Ok(DataBuf { rkey, ..buf })
     }
 
-    /// [`Transport::close_window`](crate::channel::Transport::close_window) for the endpoint:
+    /// [`Memory::close_window`](crate::channel::Memory::close_window) for the endpoint:
     /// every open window of tag `win`.
     pub(super) fn invalidate_window(&mut self, win: u16) {
         let n = usize::from(self.nr_send);
