@@ -169,6 +169,7 @@ fn main() {
             let Some(tag) = free.pop() else { break };
             let lba = (issued * 8) & 0xf_ffff;
             let cmd = ScsiCmd {
+                lun: Default::default(),
                 cdb: Cdb::read16(lba, 8, false),
                 data: DataDir::In(bufs[usize::from(tag)]),
             };

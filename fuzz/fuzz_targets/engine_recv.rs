@@ -32,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
             0 => {
                 let tag = arg % DEPTH as u8;
                 let cmd = ScsiCmd {
+                    lun: Default::default(),
                     cdb: Cdb::read16(u64::from(arg), 8, false),
                     data: DataDir::In(bufs[usize::from(tag)]),
                 };

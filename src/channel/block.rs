@@ -7,6 +7,7 @@
 use super::{DataBuf, DataDir, ScsiCmd};
 use crate::wire::scsi::sense::errno;
 use crate::wire::scsi::{encode_unmap_params, Cdb, UnmapRange};
+use crate::wire::srp::ScsiLun;
 
 /// A block-layer operation on byte offsets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,12 +123,13 @@ pub struct Geometry {
     pub write_same: bool,
 }
 
-/// Builds the SCSI command for `op` on `len` bytes at byte `offset`. `buf` is the tag's registered
+/// Builds the SCSI command for `op` on `len` bytes at byte `offset` of logical unit `lun`. `buf` is the tag's registered
 /// buffer and `scratch` its bytes: UNMAP's parameter list and WRITE SAME's zero block are written
 /// there. A FUA write gets the FUA bit only where [`WriteCache::fua_write`] says so; the
 /// SYNCHRONIZE CACHE of [`FuaWrite::ThenSync`] is the caller's next command. Errors are errnos for
 /// the block layer.
 pub fn to_scsi(
+    lun: ScsiLun,
     op: BlockOp,
     offset: u64,
     len: u32,
@@ -136,6 +138,7 @@ pub fn to_scsi(
     scratch: &mut [u8],
 ) -> Result<ScsiCmd, i32> {
     let flush = || ScsiCmd {
+        lun,
         cdb: Cdb::sync_cache16(0, 0),
         data: DataDir::None,
     };
@@ -148,10 +151,12 @@ pub fn to_scsi(
             Err(errno::EINVAL)
         }
         BlockOp::Read => Ok(ScsiCmd {
+            lun,
             cdb: Cdb::read16(lba, blocks, false),
             data: DataDir::In(buf.prefix(len)),
         }),
         BlockOp::Write { fua } => Ok(ScsiCmd {
+            lun,
             cdb: Cdb::write16(
                 lba,
                 blocks,
@@ -166,6 +171,7 @@ pub fn to_scsi(
             let n = encode_unmap_params(scratch, &[UnmapRange { lba, blocks }])
                 .map_err(|_| errno::EINVAL)?;
             Ok(ScsiCmd {
+                lun,
                 cdb: Cdb::unmap(n as u16),
                 data: DataDir::Out(buf.prefix(n as u32)),
             })
@@ -176,6 +182,7 @@ pub fn to_scsi(
             zero.fill(0);
             let unmap = may_unmap && geo.write_same_unmap;
             Ok(ScsiCmd {
+                lun,
                 cdb: Cdb::write_same16(lba, blocks, unmap, false),
                 data: DataDir::Out(buf.prefix(bs as u32)),
             })
@@ -186,6 +193,7 @@ pub fn to_scsi(
                 .ok_or(errno::EINVAL)?
                 .fill(0);
             Ok(ScsiCmd {
+                lun,
                 cdb: Cdb::write16(lba, blocks, false),
                 data: DataDir::Out(buf.prefix(len)),
             })
@@ -196,6 +204,7 @@ pub fn to_scsi(
             }
             let alloc = LBA_STATUS_BYTES.min(buf.len);
             Ok(ScsiCmd {
+                lun,
                 cdb: Cdb::get_lba_status(lba, alloc),
                 data: DataDir::In(buf.prefix(alloc)),
             })
@@ -251,14 +260,32 @@ pub(crate) mod tests {
     #[test]
     fn read_write_map_to_16_byte_cdbs() {
         let mut s = vec![0u8; 4096];
-        let r = to_scsi(BlockOp::Read, 4096, 8192, &GEO, BUF, &mut s).unwrap();
+        let r = to_scsi(
+            ScsiLun::default(),
+            BlockOp::Read,
+            4096,
+            8192,
+            &GEO,
+            BUF,
+            &mut s,
+        )
+        .unwrap();
         assert_eq!(r.cdb.opcode(), op::READ_16);
         assert_eq!(&r.cdb.as_slice()[2..10], &8u64.to_be_bytes());
         assert_eq!(r.data, DataDir::In(DataBuf { len: 8192, ..BUF }));
-        let w = to_scsi(BlockOp::Write { fua: true }, 0, 512, &GEO, BUF, &mut s).unwrap();
+        let w = to_scsi(
+            ScsiLun::default(),
+            BlockOp::Write { fua: true },
+            0,
+            512,
+            &GEO,
+            BUF,
+            &mut s,
+        )
+        .unwrap();
         assert_eq!(w.cdb.as_slice()[1], 0x08);
         assert!(matches!(w.data, DataDir::Out(b) if b.len == 512));
-        let f = to_scsi(BlockOp::Flush, 0, 0, &GEO, BUF, &mut s).unwrap();
+        let f = to_scsi(ScsiLun::default(), BlockOp::Flush, 0, 0, &GEO, BUF, &mut s).unwrap();
         assert_eq!(f.cdb.opcode(), op::SYNCHRONIZE_CACHE_16);
     }
 
@@ -276,9 +303,27 @@ pub(crate) mod tests {
             assert_eq!(cache.fua_write(), plan, "{cache:?}");
             assert_eq!(cache.flushes(), enabled);
             let geo = Geometry { cache, ..GEO };
-            let w = to_scsi(BlockOp::Write { fua: true }, 0, 512, &geo, BUF, &mut s).unwrap();
+            let w = to_scsi(
+                ScsiLun::default(),
+                BlockOp::Write { fua: true },
+                0,
+                512,
+                &geo,
+                BUF,
+                &mut s,
+            )
+            .unwrap();
             assert_eq!(w.cdb.as_slice()[1], bit, "{cache:?}");
-            let w = to_scsi(BlockOp::Write { fua: false }, 0, 512, &geo, BUF, &mut s).unwrap();
+            let w = to_scsi(
+                ScsiLun::default(),
+                BlockOp::Write { fua: false },
+                0,
+                512,
+                &geo,
+                BUF,
+                &mut s,
+            )
+            .unwrap();
             assert_eq!(w.cdb.as_slice()[1], 0);
         }
     }
@@ -295,11 +340,21 @@ pub(crate) mod tests {
     #[test]
     fn discard_and_zeroes_use_the_scratch_buffer() {
         let mut s = vec![0xffu8; 4096];
-        let d = to_scsi(BlockOp::Discard, 512, 1024, &GEO, BUF, &mut s).unwrap();
+        let d = to_scsi(
+            ScsiLun::default(),
+            BlockOp::Discard,
+            512,
+            1024,
+            &GEO,
+            BUF,
+            &mut s,
+        )
+        .unwrap();
         assert_eq!(d.cdb.opcode(), op::UNMAP);
         assert_eq!(&s[8..16], &1u64.to_be_bytes());
         assert_eq!(&s[16..20], &2u32.to_be_bytes());
         let z = to_scsi(
+            ScsiLun::default(),
             BlockOp::WriteZeroes { may_unmap: true },
             0,
             4096,
@@ -316,10 +371,19 @@ pub(crate) mod tests {
             ..GEO
         };
         assert_eq!(
-            to_scsi(BlockOp::Discard, 0, 512, &no_unmap, BUF, &mut s),
+            to_scsi(
+                ScsiLun::default(),
+                BlockOp::Discard,
+                0,
+                512,
+                &no_unmap,
+                BUF,
+                &mut s
+            ),
             Err(errno::EOPNOTSUPP)
         );
         let z = to_scsi(
+            ScsiLun::default(),
             BlockOp::WriteZeroes { may_unmap: true },
             0,
             512,
@@ -335,14 +399,31 @@ pub(crate) mod tests {
     fn zero_write_writes_a_zeroed_buffer_of_its_length() {
         let mut s = vec![0xffu8; 8192];
         let buf = DataBuf { len: 8192, ..BUF };
-        let z = to_scsi(BlockOp::ZeroWrite, 4096, 8192, &GEO, buf, &mut s).unwrap();
+        let z = to_scsi(
+            ScsiLun::default(),
+            BlockOp::ZeroWrite,
+            4096,
+            8192,
+            &GEO,
+            buf,
+            &mut s,
+        )
+        .unwrap();
         assert_eq!(z.cdb.opcode(), op::WRITE_16);
         assert_eq!(&z.cdb.as_slice()[2..10], &8u64.to_be_bytes());
         assert_eq!(&z.cdb.as_slice()[10..14], &16u32.to_be_bytes());
         assert_eq!(z.data, DataDir::Out(buf));
         assert!(s.iter().all(|&b| b == 0));
         assert_eq!(
-            to_scsi(BlockOp::ZeroWrite, 0, 16384, &GEO, buf, &mut s),
+            to_scsi(
+                ScsiLun::default(),
+                BlockOp::ZeroWrite,
+                0,
+                16384,
+                &GEO,
+                buf,
+                &mut s
+            ),
             Err(errno::EINVAL),
             "longer than the buffer"
         );
@@ -360,7 +441,16 @@ pub(crate) mod tests {
     #[test]
     fn lba_status_asks_a_thin_lun_only() {
         let mut s = vec![0u8; 4096];
-        let g = to_scsi(BlockOp::LbaStatus, 8192, 1 << 20, &GEO, BUF, &mut s).unwrap();
+        let g = to_scsi(
+            ScsiLun::default(),
+            BlockOp::LbaStatus,
+            8192,
+            1 << 20,
+            &GEO,
+            BUF,
+            &mut s,
+        )
+        .unwrap();
         assert_eq!(g.cdb.as_slice()[..2], [op::SERVICE_ACTION_IN_16, 0x12]);
         assert_eq!(&g.cdb.as_slice()[2..10], &16u64.to_be_bytes());
         assert_eq!(&g.cdb.as_slice()[10..14], &LBA_STATUS_BYTES.to_be_bytes());
@@ -376,7 +466,15 @@ pub(crate) mod tests {
             ..GEO
         };
         assert_eq!(
-            to_scsi(BlockOp::LbaStatus, 0, 512, &thick, BUF, &mut s),
+            to_scsi(
+                ScsiLun::default(),
+                BlockOp::LbaStatus,
+                0,
+                512,
+                &thick,
+                BUF,
+                &mut s
+            ),
             Err(errno::EOPNOTSUPP)
         );
     }
@@ -385,19 +483,35 @@ pub(crate) mod tests {
     fn refuses_misaligned_and_out_of_range() {
         let mut s = vec![0u8; 4096];
         assert_eq!(
-            to_scsi(BlockOp::Read, 1, 512, &GEO, BUF, &mut s),
+            to_scsi(ScsiLun::default(), BlockOp::Read, 1, 512, &GEO, BUF, &mut s),
             Err(errno::EINVAL)
         );
         assert_eq!(
-            to_scsi(BlockOp::Read, 0, 100, &GEO, BUF, &mut s),
+            to_scsi(ScsiLun::default(), BlockOp::Read, 0, 100, &GEO, BUF, &mut s),
             Err(errno::EINVAL)
         );
         assert_eq!(
-            to_scsi(BlockOp::Read, (1 << 29) - 512, 1024, &GEO, BUF, &mut s),
+            to_scsi(
+                ScsiLun::default(),
+                BlockOp::Read,
+                (1 << 29) - 512,
+                1024,
+                &GEO,
+                BUF,
+                &mut s
+            ),
             Err(errno::EIO)
         );
         assert_eq!(
-            to_scsi(BlockOp::Read, 0, 2 << 20, &GEO, BUF, &mut s),
+            to_scsi(
+                ScsiLun::default(),
+                BlockOp::Read,
+                0,
+                2 << 20,
+                &GEO,
+                BUF,
+                &mut s
+            ),
             Err(errno::EINVAL)
         );
     }

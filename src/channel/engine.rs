@@ -21,8 +21,9 @@
 //!   commands starts, [`Channel::tick`] every loop). A command out for [`CMD_TIMEOUT_MS`] is aborted
 //!   (SRP_TSK_MGMT ABORT TASK, on an extra slot with the credit kept back) and sent again with a new tag
 //!   generation; a task management request failed or unanswered for [`TMF_TIMEOUT_MS`] escalates:
-//!   ABORT TASK -> LOGICAL UNIT RESET (nothing new is sent meanwhile) -> the channel goes down and the
-//!   front end reconnects (ib_srp's eh_abort -> eh_device_reset -> eh_host_reset). Commands outstanding
+//!   ABORT TASK -> LOGICAL UNIT RESET of the command's LUN (nothing new is sent to that LUN
+//!   meanwhile; each command names its own, [`ScsiCmd::lun`]) -> the channel goes down and the front
+//!   end reconnects (ib_srp's eh_abort -> eh_device_reset -> eh_host_reset). Commands outstanding
 //!   and no work completion of any kind for [`STALL_MS`]: down as well (a backstop).
 //! - BUSY, TASK SET FULL and "becoming ready" are retried after 5, 10, 20 ... ms (at most 1 s apart)
 //!   until [`CMD_TIMEOUT_MS`] after the command was first submitted; other retryable conditions
@@ -112,6 +113,8 @@ const TMF_TAG: u64 = 1 << 40;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Tmf {
     func: TskMgmtFunc,
+    /// The logical unit it acts on.
+    lun: ScsiLun,
     /// Its SRP tag.
     srp_tag: u64,
     /// For ABORT TASK: the command's tag and the generation it was sent with.
@@ -149,8 +152,9 @@ pub struct Channel<T: Transport> {
     next_seq: u64,
     tmf: Option<Tmf>,
     tmf_seq: u16,
-    /// A LOGICAL UNIT RESET is out: nothing new is sent until it ends.
-    paused: bool,
+    /// The logical unit a LOGICAL UNIT RESET is out for: nothing new is sent to it until the
+    /// reset ends (the channel's other LUNs carry on).
+    paused: Option<ScsiLun>,
     /// The log lines a target can trigger at will (AER_REQ, CRED/AER answers dropped).
     noisy: crate::ratelimit::RateLimit,
     /// Each tag's data segments ([`Channel::submit_segments`]).
@@ -173,6 +177,7 @@ impl<T: Transport> Channel<T> {
             gen: 0,
             retries: 0,
             cmd: ScsiCmd {
+                lun: ScsiLun::default(),
                 cdb: crate::wire::scsi::Cdb::test_unit_ready(),
                 data: DataDir::None,
             },
@@ -216,7 +221,7 @@ impl<T: Transport> Channel<T> {
             next_seq: 0,
             tmf: None,
             tmf_seq: 0,
-            paused: false,
+            paused: None,
             noisy: crate::ratelimit::RateLimit::new(std::time::Duration::from_secs(10)),
             segs: segments::Segments::new(cfg.depth, max_segs),
         }
@@ -264,16 +269,6 @@ impl<T: Transport> Channel<T> {
         &self.cfg
     }
 
-    /// Points later commands at another logical unit (the same I_T nexus reaches every LUN the
-    /// target maps; discovery walks them on one channel). Only while nothing is outstanding.
-    pub fn set_lun(&mut self, lun: ScsiLun) -> Result<(), SubmitError> {
-        if self.busy > 0 {
-            return Err(SubmitError::Busy(0));
-        }
-        self.cfg.lun = lun;
-        Ok(())
-    }
-
     /// Queues `cmd` under `tag`; it is sent at once if a credit is free. While the channel is down
     /// it is refused, or, with [`Channel::set_hold`], kept for the reconnect.
     pub fn submit(&mut self, tag: u16, cmd: ScsiCmd) -> Result<(), SubmitError> {
@@ -305,30 +300,45 @@ impl<T: Transport> Channel<T> {
     /// Sends `tag` now if a credit allows, else puts it in the waiting FIFO.
     fn start(&mut self, tag: u16) {
         // keep one credit for task management, as ib_srp does
-        if self.can_send() && self.waiting.is_empty() && self.down.is_none() {
+        if self.can_send()
+            && self.waiting.is_empty()
+            && self.down.is_none()
+            && self.paused.is_none()
+        {
             if let Err(e) = self.send_cmd(tag) {
                 self.set_down(DownReason::Transport(e));
                 self.tags[usize::from(tag)].state = TagState::Waiting;
                 self.waiting.push_back(tag);
             }
         } else {
+            self.tags[usize::from(tag)].state = TagState::Waiting;
+            self.waiting.push_back(tag);
+            if self.paused.is_some() && self.down.is_none() {
+                // another LUN's command goes past the reset's held ones
+                self.drain_waiting();
+            }
             // a stall is a wait for the target (credit) or for our send slots; a command held while
-            // the channel is down or a LUN reset is out is neither
-            if self.down.is_none() && !self.paused {
+            // the channel is down or its LUN is being reset is neither
+            let e = &self.tags[usize::from(tag)];
+            if self.down.is_none() && e.state == TagState::Waiting && !self.held(tag) {
                 if self.req_lim > 1 && !self.slots.any_free() {
                     self.stats.slot_stalls += 1;
                 } else {
                     self.stats.credit_stalls += 1;
                 }
             }
-            self.tags[usize::from(tag)].state = TagState::Waiting;
-            self.waiting.push_back(tag);
         }
     }
 
-    /// A credit beyond the one kept for task management, a free send slot, no LUN reset out.
+    /// A credit beyond the one kept for task management and a free send slot.
     fn can_send(&self) -> bool {
-        self.req_lim > 1 && self.slots.any_free() && !self.paused
+        self.req_lim > 1 && self.slots.any_free()
+    }
+
+    /// Whether `tag`'s command waits for a LOGICAL UNIT RESET of its LUN to end.
+    fn held(&self, tag: u16) -> bool {
+        self.paused
+            .is_some_and(|lun| self.tags[usize::from(tag)].cmd.lun == lun)
     }
 
     /// Whether the front end should be woken by a SEND completion ([`Post::arm`](super::Post::arm)): when
@@ -367,7 +377,7 @@ impl<T: Transport> Channel<T> {
         let e = &mut self.tags[idx];
         e.gen = e.gen.wrapping_add(1);
         let srp_tag = (u64::from(e.gen) << 16) | u64::from(tag);
-        let (cdb, data) = (e.cmd.cdb, e.cmd.data);
+        let (lun, cdb, data) = (e.cmd.lun, e.cmd.cdb, e.cmd.data);
         // the target reaches the buffer through this command's window only (immediate data is
         // gathered locally: nothing to open)
         let mut direct = |b: DataBuf, access| {
@@ -396,7 +406,7 @@ impl<T: Transport> Channel<T> {
                 (d, DataDesc::None, None)
             }
         };
-        let cmd = SrpCmd::new(srp_tag, self.cfg.lun, cdb.as_slice())
+        let cmd = SrpCmd::new(srp_tag, lun, cdb.as_slice())
             .data_out(data_out)
             .data_in(data_in);
         let n = cmd
@@ -519,13 +529,19 @@ impl<T: Transport> Channel<T> {
         }
     }
 
+    /// Sends waiting commands, in order, while credits and slots allow; a command whose LUN is
+    /// being reset stays, in its place.
     fn drain_waiting(&mut self) {
-        while self.can_send() {
-            let Some(tag) = self.waiting.pop_front() else {
-                break;
-            };
+        let mut i = 0;
+        while self.can_send() && i < self.waiting.len() {
+            let tag = self.waiting[i];
+            if self.held(tag) {
+                i += 1;
+                continue;
+            }
+            self.waiting.remove(i);
             if let Err(e) = self.send_cmd(tag) {
-                self.waiting.push_front(tag);
+                self.waiting.insert(i, tag);
                 self.set_down(DownReason::Transport(e));
                 break;
             }

@@ -68,10 +68,14 @@ pub struct FakeTarget {
     pub faults: Faults,
     /// Commands received (CDB opcode, SRP tag), in order.
     pub log: Vec<(u8, u64)>,
+    /// The logical unit each command of [`FakeTarget::log`] addressed.
+    pub luns: Vec<ScsiLun>,
     /// Small IUs received (opcode, tag): CRED_RSP, AER_RSP, I_LOGOUT.
     pub small_ius: Vec<(u8, u64)>,
     /// Task management requests received (function, task tag).
     pub tmfs: Vec<(TskMgmtFunc, u64)>,
+    /// The logical unit each of [`FakeTarget::tmfs`] named.
+    pub tmf_luns: Vec<ScsiLun>,
     imm_data_offset: usize,
     send_slots: Vec<Vec<u8>>,
     recv: Vec<Vec<u8>>,
@@ -151,8 +155,10 @@ impl FakeTarget {
             block,
             faults: Faults::default(),
             log: Vec::new(),
+            luns: Vec::new(),
             small_ius: Vec::new(),
             tmfs: Vec::new(),
+            tmf_luns: Vec::new(),
             imm_data_offset: 68,
             send_slots: vec![vec![0; 8260]; usize::from(slots)],
             recv: vec![vec![0; 8260]; usize::from(nr_recv)],
@@ -514,6 +520,7 @@ impl FakeTarget {
             Ok(InitiatorIu::Cmd(p)) => p,
             Ok(InitiatorIu::TskMgmt(t)) => {
                 self.tmfs.push((t.func, t.task_tag));
+                self.tmf_luns.push(t.lun);
                 let code = self.faults.tmf_answers.pop_front().unwrap_or(Some(0))?;
                 return Some(self.respond_tmf(t.tag, code));
             }
@@ -527,6 +534,7 @@ impl FakeTarget {
         };
         let c = &p.cmd;
         self.log.push((c.cdb[0], c.tag));
+        self.luns.push(c.lun);
         if let (DataDesc::Direct(d), _) | (_, DataDesc::Direct(d)) = (c.data_in, c.data_out) {
             self.last_direct = Some((d.key, d.va, d.len));
         }

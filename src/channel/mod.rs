@@ -22,6 +22,7 @@ pub use engine::{
 pub use transport::{Login, Memory, Post, Transport};
 
 use crate::wire::scsi::Cdb;
+use crate::wire::srp::ScsiLun;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -185,6 +186,8 @@ pub enum DataDir {
 /// A SCSI command for the channel to carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScsiCmd {
+    /// The logical unit it addresses (a channel reaches every LUN the target maps it).
+    pub lun: ScsiLun,
     /// The CDB.
     pub cdb: Cdb,
     /// Its data.

@@ -302,8 +302,9 @@ impl<C: Connect> Path<C> {
         if tag >= self.bufs.depth() {
             return Err(libc::EINVAL);
         }
+        let lun = self.ch.config().lun;
         self.ch
-            .submit_segments(tag, cdb, out, segs)
+            .submit_segments(tag, lun, cdb, out, segs)
             .map_err(|e| match e {
                 crate::channel::SubmitError::Segments { .. } => libc::EINVAL,
                 _ => libc::EIO,
@@ -748,7 +749,7 @@ fn send<T: Transport>(
         (None, BlockOp::Flush) => DataBuf::default(),
         (None, _) => return Err(libc::EINVAL),
     };
-    let cmd = to_scsi(op, off, len, geo, buf, scratch)?;
+    let cmd = to_scsi(ch.config().lun, op, off, len, geo, buf, scratch)?;
     ch.submit(tag, cmd).map_err(|_| libc::EIO)
 }
 

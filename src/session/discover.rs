@@ -34,14 +34,8 @@ pub fn discover_luns(
     let luns = report_luns(&mut ch)?;
     let mut found = Vec::with_capacity(luns.len());
     for lun in luns {
-        let info = ch
-            .set_lun(ScsiLun::from_int(lun))
-            .map_err(|e| SessionError::Command {
-                what: "selecting the LUN",
-                lun,
-                detail: e.to_string(),
-            })
-            .and_then(|()| interrogate(&mut ch, lun));
+        // one channel reaches every LUN: each command names its own
+        let info = interrogate(&mut ch, lun);
         found.push(FoundLun { lun, info });
     }
     ch.send_i_logout();

@@ -518,6 +518,7 @@ fn data_in(
 ) -> Result<Vec<u8>, SessionError> {
     let (buf, _) = ch.transport().scratch();
     let cmd = ScsiCmd {
+        lun: ScsiLun::from_int(lun),
         cdb,
         data: DataDir::In(buf.prefix(alloc)),
     };
@@ -605,6 +606,7 @@ fn supports(ch: &mut Channel<Endpoint>, lun: u64, opcode: u8) -> Option<bool> {
 
 fn test_unit_ready(ch: &mut Channel<Endpoint>, lun: u64) -> Result<(), SessionError> {
     let tur = ScsiCmd {
+        lun: ScsiLun::from_int(lun),
         cdb: Cdb::test_unit_ready(),
         data: DataDir::None,
     };

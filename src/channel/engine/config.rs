@@ -9,7 +9,8 @@ pub struct ChannelConfig {
     pub depth: u16,
     /// Send slots beyond `depth` for CRED_RSP / AER_RSP / I_LOGOUT.
     pub extra_slots: u16,
-    /// The logical unit commands go to.
+    /// The logical unit of the device the channel was logged in for: what a path's block commands
+    /// address ([`crate::channel::ScsiCmd::lun`]; the engine sends each command to its own).
     pub lun: ScsiLun,
     /// Initial credits (LOGIN_RSP `req_lim_delta`).
     pub req_lim: i32,

@@ -8,7 +8,7 @@
 use super::{Channel, ChannelConfig, SubmitError, TagState};
 use crate::channel::{DataBuf, DataDir, RemoteAccess, ScsiCmd, Transport, TransportError};
 use crate::wire::scsi::Cdb;
-use crate::wire::srp::{size, DataDesc, DescList, DirectBuf};
+use crate::wire::srp::{size, DataDesc, DescList, DirectBuf, ScsiLun};
 
 /// The tags' segment lists, and the descriptors of the command being sent.
 pub(super) struct Segments {
@@ -123,12 +123,13 @@ impl<T: Transport> Channel<T> {
         self.segs.max()
     }
 
-    /// Queues `cdb` under `tag` with its data in `segs` (registered memory, in order; data-out
+    /// Queues `cdb` for logical unit `lun` under `tag` with its data in `segs` (registered memory, in order; data-out
     /// with `out`): one segment goes as a direct descriptor, several as an indirect one. As
     /// [`Channel::submit`] otherwise.
     pub fn submit_segments(
         &mut self,
         tag: u16,
+        lun: ScsiLun,
         cdb: Cdb,
         out: bool,
         segs: &[DataBuf],
@@ -147,6 +148,6 @@ impl<T: Transport> Channel<T> {
             (_, false) => DataDir::InSegments(self.segs.set(tag, segs)?),
             (_, true) => DataDir::OutSegments(self.segs.set(tag, segs)?),
         };
-        self.submit(tag, ScsiCmd { cdb, data })
+        self.submit(tag, ScsiCmd { lun, cdb, data })
     }
 }

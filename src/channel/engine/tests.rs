@@ -54,9 +54,23 @@ fn drain(ch: &mut Channel<FakeTarget>) -> Vec<Done> {
 }
 
 fn io(ch: &mut Channel<FakeTarget>, bufs: &[DataBuf], tag: u16, op: BlockOp, off: u64, len: u32) {
+    io_to(ch, bufs, LUN0, tag, (op, off, len));
+}
+
+const LUN0: ScsiLun = ScsiLun([0; 8]);
+/// Another logical unit behind the same channel (the fake serves one disk whatever the LUN).
+const LUN1: ScsiLun = ScsiLun([0, 1, 0, 0, 0, 0, 0, 0]);
+
+fn io_to(
+    ch: &mut Channel<FakeTarget>,
+    bufs: &[DataBuf],
+    lun: ScsiLun,
+    tag: u16,
+    (op, off, len): (BlockOp, u64, u32),
+) {
     let b = bufs[usize::from(tag)];
     let mut scratch = vec![0u8; 4096];
-    let cmd = to_scsi(op, off, len, &GEO, b, &mut scratch).unwrap();
+    let cmd = to_scsi(lun, op, off, len, &GEO, b, &mut scratch).unwrap();
     if matches!(op, BlockOp::Discard | BlockOp::WriteZeroes { .. }) {
         ch.transport().buf(b)[..4096].copy_from_slice(&scratch);
     }
@@ -207,7 +221,16 @@ fn selective_signalling_gives_back_every_slot_posted_before_a_signalled_send() {
             let mut scratch = vec![0u8; 4096];
             let off = u64::from(tag) * 4096;
             let w = BlockOp::Write { fua: false };
-            let cmd = to_scsi(w, off, 4096, &GEO, bufs[usize::from(tag)], &mut scratch).unwrap();
+            let cmd = to_scsi(
+                LUN0,
+                w,
+                off,
+                4096,
+                &GEO,
+                bufs[usize::from(tag)],
+                &mut scratch,
+            )
+            .unwrap();
             ch.submit(tag, cmd).unwrap();
         }
         let done = drain(&mut ch);
@@ -240,7 +263,16 @@ fn a_chain_refused_in_the_middle_loses_and_doubles_nothing() {
         let mut scratch = vec![0u8; 4096];
         let off = u64::from(tag) * 4096;
         let w = BlockOp::Write { fua: false };
-        let cmd = to_scsi(w, off, 4096, &GEO, bufs[usize::from(tag)], &mut scratch).unwrap();
+        let cmd = to_scsi(
+            LUN0,
+            w,
+            off,
+            4096,
+            &GEO,
+            bufs[usize::from(tag)],
+            &mut scratch,
+        )
+        .unwrap();
         ch.submit(tag, cmd).unwrap();
     }
     // one pass's four SRP_CMDs, posted as one chain that the HCA refuses at the third
@@ -398,6 +430,7 @@ fn malformed_iu_and_t_logout_take_the_channel_down_without_panic() {
         ch.submit(
             0,
             ScsiCmd {
+                lun: LUN0,
                 cdb: Cdb::test_unit_ready(),
                 data: DataDir::None
             }
@@ -450,6 +483,7 @@ fn submit_checks_tags() {
     ch.transport().faults.hold_rsps = true;
     io(&mut ch, &bufs, 0, BlockOp::Read, 0, 512);
     let tur = ScsiCmd {
+        lun: LUN0,
         cdb: Cdb::test_unit_ready(),
         data: DataDir::None,
     };
@@ -464,6 +498,7 @@ fn execute_runs_one_command_synchronously() {
         .execute(
             5,
             ScsiCmd {
+                lun: LUN0,
                 cdb: Cdb::test_unit_ready(),
                 data: DataDir::None,
             },
@@ -475,6 +510,7 @@ fn execute_runs_one_command_synchronously() {
     let e = ch.execute(
         5,
         ScsiCmd {
+            lun: LUN0,
             cdb: Cdb::test_unit_ready(),
             data: DataDir::None,
         },
@@ -535,7 +571,7 @@ fn reconnect_reissues_what_was_in_flight_and_what_was_held() {
     assert!(ch.down().is_some());
     // new I/O while down is refused, unless held for the reconnect
     let b = bufs[2];
-    let read = to_scsi(BlockOp::Read, 65536, 65536, &GEO, b, &mut []).unwrap();
+    let read = to_scsi(LUN0, BlockOp::Read, 65536, 65536, &GEO, b, &mut []).unwrap();
     assert!(matches!(ch.submit(2, read), Err(SubmitError::Down(_))));
     ch.set_hold(true);
     ch.submit(2, read).unwrap();
@@ -581,7 +617,7 @@ fn fast_io_fail_fails_held_commands_and_refuses_new_ones() {
     assert_eq!(failed.len(), 2);
     assert!(failed.iter().all(|d| d.outcome.errno == errno::EIO));
     assert_eq!(ch.busy(), 0);
-    let cmd = to_scsi(BlockOp::Read, 0, 4096, &GEO, bufs[2], &mut []).unwrap();
+    let cmd = to_scsi(LUN0, BlockOp::Read, 0, 4096, &GEO, bufs[2], &mut []).unwrap();
     assert!(matches!(ch.submit(2, cmd), Err(SubmitError::Down(_))));
 }
 
@@ -688,6 +724,85 @@ fn lun_reset_success_resends_everything_outstanding() {
     assert_eq!(done.len(), 3, "all three sent again after the reset");
     assert!(done.iter().all(|d| d.outcome.errno == 0));
     assert_eq!(ch.transport().log.len(), 6);
+    assert!(ch.down().is_none());
+}
+
+#[test]
+fn each_command_names_its_own_lun_and_a_lun_reset_holds_that_lun_only() {
+    let (mut ch, bufs) = setup(16);
+    ch.tick(0);
+    // a read on LUN 1 whose response is lost, and one on LUN 0 whose response is held
+    ch.transport().faults.drop_next_rsp = true;
+    io_to(&mut ch, &bufs, LUN1, 0, (BlockOp::Read, 0, 512));
+    ch.transport().faults.hold_rsps = true;
+    io_to(&mut ch, &bufs, LUN0, 1, (BlockOp::Read, 512, 512));
+    ch.transport().faults.hold_rsps = false;
+    assert_eq!(
+        ch.transport().luns,
+        [LUN1, LUN0],
+        "each SRP_CMD names its LUN"
+    );
+    // ABORT TASK refused, LUN RESET unanswered
+    ch.transport().faults.tmf_answers.extend([Some(0x05), None]);
+    let done = run_until(&mut ch, 0, 30_500);
+    assert!(done.is_empty());
+    let t = ch.transport();
+    assert_eq!(
+        (
+            t.tmfs.iter().map(|t| t.0).collect::<Vec<_>>(),
+            &t.tmf_luns[..]
+        ),
+        (
+            vec![TskMgmtFunc::AbortTask, TskMgmtFunc::LunReset],
+            &[LUN1, LUN1][..]
+        ),
+        "ABORT TASK and LUN RESET name the timed-out command's LUN"
+    );
+    // while LUN 1's reset is out, LUN 1 waits and LUN 0 carries on
+    let sent = ch.transport().log.len();
+    io_to(&mut ch, &bufs, LUN1, 2, (BlockOp::Read, 1024, 512));
+    io_to(&mut ch, &bufs, LUN0, 3, (BlockOp::Read, 1536, 512));
+    let done = drain(&mut ch);
+    assert_eq!(
+        ch.transport().luns[sent..],
+        [LUN0],
+        "only LUN 0's command went"
+    );
+    assert_eq!(done.iter().map(|d| d.tag).collect::<Vec<_>>(), [3]);
+    assert_eq!(
+        ch.stats().credit_stalls + ch.stats().slot_stalls,
+        0,
+        "a held command is no stall"
+    );
+    assert!(ch.down().is_none());
+}
+
+#[test]
+fn a_lun_reset_sends_again_its_own_luns_commands_only() {
+    let (mut ch, bufs) = setup(16);
+    ch.tick(0);
+    ch.transport().faults.hold_rsps = true;
+    io_to(&mut ch, &bufs, LUN1, 0, (BlockOp::Read, 0, 512));
+    io_to(&mut ch, &bufs, LUN1, 1, (BlockOp::Read, 512, 512));
+    ch.transport().faults.hold_rsps = false;
+    // LUN 0's command is sent later, so tag 0 (LUN 1) is the one that times out
+    ch.tick(10_000);
+    ch.transport().faults.hold_rsps = true;
+    io_to(&mut ch, &bufs, LUN0, 2, (BlockOp::Read, 1024, 512));
+    ch.transport().faults.hold_rsps = false;
+    // ABORT TASK unanswered, LUN RESET of LUN 1 completes
+    ch.transport().faults.tmf_answers.push_back(None);
+    let done = run_until(&mut ch, 10_000, 36_000);
+    assert_eq!(ch.transport().tmf_luns, [LUN1, LUN1]);
+    assert_eq!(
+        ch.transport().luns[3..],
+        [LUN1, LUN1],
+        "both LUN 1 commands sent again, LUN 0's left to its own response"
+    );
+    let mut tags: Vec<u16> = done.iter().map(|d| d.tag).collect();
+    tags.sort();
+    assert_eq!(tags, [0, 1]);
+    assert_eq!(ch.busy(), 1, "LUN 0's command is still out");
     assert!(ch.down().is_none());
 }
 
@@ -984,7 +1099,7 @@ fn segments_go_as_an_inline_indirect_table_with_a_window_each() {
         t.buf(b)[off..off + s.len as usize].copy_from_slice(&pat[at..at + s.len as usize]);
         at += s.len as usize;
     }
-    ch.submit_segments(4, Cdb::write16(8, total / 512, false), true, &segs)
+    ch.submit_segments(4, LUN0, Cdb::write16(8, total / 512, false), true, &segs)
         .unwrap();
     assert!(drain(&mut ch).iter().all(|d| d.outcome.errno == 0));
     let t = ch.transport();
@@ -1013,7 +1128,7 @@ fn segments_go_as_an_inline_indirect_table_with_a_window_each() {
         bufs2[1].prefix(12288),
         bufs2[2].prefix(2560),
     ];
-    ch2.submit_segments(5, Cdb::read16(8, total / 512, false), false, &segs2)
+    ch2.submit_segments(5, LUN0, Cdb::read16(8, total / 512, false), false, &segs2)
         .unwrap();
     assert!(drain(&mut ch2).iter().all(|d| d.outcome.errno == 0));
     let mut got = Vec::new();
@@ -1022,15 +1137,21 @@ fn segments_go_as_an_inline_indirect_table_with_a_window_each() {
     }
     assert_eq!(got, pat);
     // one segment: a direct descriptor
-    ch2.submit_segments(6, Cdb::read16(8, 8, false), false, &[bufs2[0].prefix(4096)])
-        .unwrap();
+    ch2.submit_segments(
+        6,
+        LUN0,
+        Cdb::read16(8, 8, false),
+        false,
+        &[bufs2[0].prefix(4096)],
+    )
+    .unwrap();
     drain(&mut ch2);
     assert_eq!(ch2.transport().last_direct.map(|d| d.2), Some(4096));
     // the fake's send queue takes 16 segments a command
     assert_eq!(ch2.max_segments(), 16);
     let many = vec![bufs2[0].prefix(512); 17];
     let e = ch2
-        .submit_segments(7, Cdb::read16(0, 17, false), false, &many)
+        .submit_segments(7, LUN0, Cdb::read16(0, 17, false), false, &many)
         .unwrap_err();
     assert_eq!(e, SubmitError::Segments { given: 17, max: 16 });
     assert_eq!(ch2.busy(), 0);
@@ -1052,7 +1173,7 @@ fn held_segments_are_rekeyed_each_and_sent_again() {
     ch.transport().disk[..8192].fill(0x3c);
     ch.transport().faults.hold_rsps = true;
     let segs = [bufs[0].prefix(4096), bufs[1].prefix(4096)];
-    ch.submit_segments(0, Cdb::read16(0, 16, false), false, &segs)
+    ch.submit_segments(0, LUN0, Cdb::read16(0, 16, false), false, &segs)
         .unwrap();
     assert!(drain(&mut ch).is_empty());
     ch.transport().send_t_logout();

@@ -93,24 +93,26 @@ impl<T: Transport> Channel<T> {
             "command (tag {tag}) unanswered for {} s: ABORT TASK",
             CMD_TIMEOUT_MS / 1000
         );
-        self.send_tmf(TskMgmtFunc::AbortTask, Some((tag, e.gen)));
+        self.send_tmf(TskMgmtFunc::AbortTask, e.cmd.lun, Some((tag, e.gen)));
     }
 
-    /// ABORT TASK failed or went unanswered: LOGICAL UNIT RESET; that failed too: down.
+    /// ABORT TASK failed or went unanswered: LOGICAL UNIT RESET of the command's LUN; that failed
+    /// too: down.
     fn escalate(&mut self, t: Tmf, answer: TmfAnswer) {
         self.tmf = None;
-        self.paused = false;
+        self.paused = None;
         match t.func {
             TskMgmtFunc::AbortTask => {
                 tracing::warn!("ABORT TASK {answer}: LOGICAL UNIT RESET");
-                self.send_tmf(TskMgmtFunc::LunReset, None);
+                self.send_tmf(TskMgmtFunc::LunReset, t.lun, None);
             }
             _ => self.set_down(DownReason::Timeout(Timeout::LunReset { answer })),
         }
     }
 
-    /// Sends a task management request on an extra slot with the credit kept back for it.
-    fn send_tmf(&mut self, func: TskMgmtFunc, target: Option<(u16, u16)>) {
+    /// Sends a task management request for logical unit `lun` on an extra slot with the credit
+    /// kept back for it.
+    fn send_tmf(&mut self, func: TskMgmtFunc, lun: ScsiLun, target: Option<(u16, u16)>) {
         let slot = match self.extra_free.pop() {
             Some(s) if self.req_lim >= 1 => s,
             other => {
@@ -130,7 +132,7 @@ impl<T: Transport> Channel<T> {
         let iu = TskMgmt {
             sol_not: 0,
             tag: srp_tag,
-            lun: self.cfg.lun,
+            lun,
             func,
             task_tag,
         }
@@ -140,9 +142,10 @@ impl<T: Transport> Channel<T> {
         }
         self.take_credit();
         self.stats.tmfs += 1;
-        self.paused = func == TskMgmtFunc::LunReset;
+        self.paused = (func == TskMgmtFunc::LunReset).then_some(lun);
         self.tmf = Some(Tmf {
             func,
+            lun,
             srp_tag,
             target,
             sent: self.now,
@@ -160,7 +163,7 @@ impl<T: Transport> Channel<T> {
             return self.escalate(t, TmfAnswer::Refused(code));
         }
         self.tmf = None;
-        self.paused = false;
+        self.paused = None;
         // what the request ended is sent again, with a new generation: a late response to the old
         // one is dropped
         let ended = match t.target {
@@ -171,7 +174,8 @@ impl<T: Transport> Channel<T> {
         };
         for tag in ended {
             let e = &mut self.tags[usize::from(tag)];
-            if e.state == TagState::InFlight {
+            // a LUN reset ended its LUN's commands only
+            if e.state == TagState::InFlight && e.cmd.lun == t.lun {
                 tracing::info!("{:?} done: tag {tag} sent again", t.func);
                 e.state = TagState::Idle;
                 self.start(tag);
