@@ -16,12 +16,14 @@
 mod drive;
 mod loan;
 mod session;
+mod spare;
 mod staging;
 #[cfg(test)]
 mod tests;
 
 pub use drive::{Sleep, Woken};
 pub use session::SessionLink;
+pub use spare::{Returned, Spare};
 
 use crate::channel::block::{to_scsi, BlockOp, Geometry};
 use crate::channel::{
@@ -161,6 +163,17 @@ impl<C: Connect> Path<C> {
                 .map_err(PathError::Register)?;
             (Some(reg), data)
         };
+        Ok(Path::assemble(ch, connect, (bufs, reg, data), rport, name))
+    }
+
+    /// A path over `ch` with buffers `bufs`, registered as `reg` and described by `data`.
+    fn assemble(
+        ch: Channel<C::T>,
+        connect: C,
+        (bufs, reg, data): (TagBufs, Option<<C::T as Memory>::Registered>, Vec<DataBuf>),
+        rport: Rport,
+        name: String,
+    ) -> Path<C> {
         let mut p = Path {
             ch,
             stage: Staging::new(&bufs),
@@ -182,7 +195,7 @@ impl<C: Connect> Path<C> {
         if p.ch.down().is_some() {
             p.went_down(p.base);
         }
-        Ok(p)
+        p
     }
 
     /// Makes this path queue `qid` of `link`'s device: its failures take the siblings down.
@@ -693,30 +706,6 @@ impl<C: Connect> Path<C> {
             self.fail_held(done);
         }
     }
-
-    /// Gives the channel back (to a pool) when it is up and idle, its buffers' registration
-    /// dropped; otherwise stops it and returns it as lost (it is closed after a later login).
-    pub fn into_channel(self) -> Returned<C::T> {
-        let Path {
-            mut ch, rport, reg, ..
-        } = self;
-        if rport.is_up() && ch.down().is_none() && ch.busy() == 0 {
-            ch.transport().release_bufs();
-            drop(reg);
-            Returned::Idle(ch)
-        } else {
-            ch.transport().stop();
-            Returned::Lost(ch)
-        }
-    }
-}
-
-/// A channel a path gave back ([`Path::into_channel`]).
-pub enum Returned<T: Transport> {
-    /// Up and idle, with no buffers registered: it can serve another path.
-    Idle(Channel<T>),
-    /// Down or stuck, and stopped.
-    Lost(Channel<T>),
 }
 
 /// How long a path whose channel is down waits between looks at its timers.

@@ -4,9 +4,9 @@ use super::pool::{self, Pool};
 use super::{Export, Source};
 use crate::backend::MemDisk;
 use crate::channel::block::{BlockOp, Geometry};
-use crate::channel::{clock_ms, Channel};
+use crate::channel::clock_ms;
 use crate::frontend::status::{Base, ExportStatus};
-use crate::path::{Connect, Event, Path, Returned, Sleep, Woken};
+use crate::path::{Connect, Event, Path, Returned, Sleep, Spare, Woken};
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
 use crate::session::Relogin;
@@ -22,7 +22,7 @@ pub(super) enum Exec<C: Connect = Relogin> {
     Srp {
         path: Option<Path<C>>,
         geo: Geometry,
-        pool: Arc<Pool<Channel<C::T>>>,
+        pool: Arc<Pool<Spare<C::T>>>,
         /// The connection's slot in the export's counters.
         counted: Option<Counted>,
     },
@@ -122,10 +122,10 @@ impl<C: Connect> Drop for Exec<C> {
             c.status.release(c.slot);
         }
         match p.into_channel() {
-            Returned::Idle(ch) => pool.give_back(ch),
+            Returned::Idle(spare) => pool.give_back(spare),
             Returned::Lost(ch) => {
                 // stopped (no RDMA into the buffers any more), closed after the next login
-                pool.lost(ch);
+                pool.lost(Spare::new(ch));
                 tracing::warn!(
                     "an NBD connection's SRP channel is dropped (down or stuck); the next \
                      connection that needs one logs a new one in"
@@ -146,14 +146,15 @@ impl Exec {
                 timers,
                 ..
             } => {
-                let ch = pool.take()?;
-                let bufs = TagBufs::budgeted(depth, ex.max_io);
+                let spare = pool.take()?;
                 let name = "NBD connection".to_string();
-                let path = Path::new(ch, relogin.clone(), bufs, Rport::new(*timers), name)
+                // the buffers the channel's last connection registered, or new ones
+                let fresh = || TagBufs::budgeted(depth, ex.max_io);
+                let path = Path::resume(spare, relogin.clone(), Rport::new(*timers), name, fresh)
                     .map_err(|e| {
-                        pool.gone();
-                        pool::PoolError::Register(e)
-                    })?;
+                    pool.gone();
+                    pool::PoolError::Register(e)
+                })?;
                 Ok(Exec::Srp {
                     path: Some(path),
                     geo: *geo,

@@ -6,7 +6,7 @@ use super::*;
 use crate::channel::block::tests::GEO;
 use crate::channel::fake::FakeTarget;
 use crate::channel::{send_slots, Channel, ChannelConfig};
-use crate::path::{Fresh, Path};
+use crate::path::{Fresh, Path, Spare};
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
 use std::io::{Read, Write};
@@ -56,20 +56,37 @@ fn export() -> Export {
 
 /// A connection in transmission over the fake target (with fds), and the client's end.
 fn connection(ex: &Export, relog: Relog, timers: Timers) -> (Conn<'_, Relog>, Client) {
-    let fake = || FakeTarget::new(1 << 20, 512, send_slots(DEPTH, 4), DEPTH + 8).with_fds();
-    let cfg = ChannelConfig::fake(DEPTH);
-    let bufs = TagBufs::new(DEPTH, ex.max_io);
+    connection_from(ex, relog, timers, &fake_pool())
+}
+
+/// An export's pool of one channel over the fake target.
+fn fake_pool() -> Arc<Pool<Spare<FakeTarget>>> {
+    let fake = FakeTarget::new(1 << 20, 512, send_slots(DEPTH, 4), DEPTH + 8).with_fds();
+    let login: pool::Login<Spare<FakeTarget>> = Box::new(|| unreachable!("no new login"));
+    let channels = vec![Spare::new(Channel::new(fake, ChannelConfig::fake(DEPTH)))];
+    Arc::new(Pool::with_login(
+        channels,
+        login,
+        Duration::ZERO,
+        Duration::ZERO,
+    ))
+}
+
+/// A connection over a channel of `pool` (as `Exec::open` makes one).
+fn connection_from<'e>(
+    ex: &'e Export,
+    relog: Relog,
+    timers: Timers,
+    pool: &Arc<Pool<Spare<FakeTarget>>>,
+) -> (Conn<'e, Relog>, Client) {
+    let spare = pool.take().expect("the pool's channel");
     let name = "NBD connection".to_string();
-    // the export's pool hands the connection its channel
-    let login: pool::Login<Channel<FakeTarget>> = Box::new(|| unreachable!("no new login"));
-    let channels = vec![Channel::new(fake(), cfg)];
-    let pool = Pool::with_login(channels, login, Duration::ZERO, Duration::ZERO);
-    let ch = pool.take().expect("the pool's channel");
-    let path = Path::new(ch, relog, bufs, Rport::new(timers), name).expect("registers");
+    let fresh = || TagBufs::new(DEPTH, ex.max_io);
+    let path = Path::resume(spare, relog, Rport::new(timers), name, fresh).expect("registers");
     let exec = Exec::Srp {
         path: Some(path),
         geo: GEO,
-        pool: Arc::new(pool),
+        pool: pool.clone(),
         counted: exec::Counted::claim(&ex.status, DEPTH),
     };
     let (ours, s) = UnixStream::pair().expect("socket pair");
@@ -235,6 +252,25 @@ fn read_once(c: &mut Conn<'_, Relog>, client: &mut Client, cookie: u64) {
     });
     assert_eq!(client.reply(), Some((0, cookie)));
     client.got.drain(..4096);
+}
+
+#[test]
+fn the_next_connection_over_a_channel_registers_nothing() {
+    let ex = export();
+    let pool = fake_pool();
+    let (mut c, mut client) = connection_from(&ex, Relog { refuse: false }, TIMERS, &pool);
+    read_once(&mut c, &mut client, 1);
+    assert_eq!(path(&mut c).transport_mut().registrations, 1);
+    drop(c);
+    // the channel is back in the pool with the connection's buffers still registered
+    let (mut c, mut client) = connection_from(&ex, Relog { refuse: false }, TIMERS, &pool);
+    assert_eq!(
+        path(&mut c).transport_mut().registrations,
+        1,
+        "the second connection registered its buffers again"
+    );
+    read_once(&mut c, &mut client, 2);
+    read_once(&mut c, &mut client, 3);
 }
 
 #[test]

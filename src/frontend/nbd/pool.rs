@@ -12,6 +12,8 @@
 //! connection that ended is still draining its commands.
 
 use super::exec::DRAIN_WAIT;
+use crate::path::Spare;
+use crate::rdma::Endpoint;
 use crate::session::SrpChannel;
 use crate::session::{Relogin, SessionError, RELOGIN_STEP};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -42,8 +44,9 @@ pub(super) enum PoolError {
 /// Logs a replacement channel in.
 pub(super) type Login<C> = Box<dyn Fn() -> Result<C, SessionError> + Send + Sync>;
 
-/// The export's channels (`C` is a channel; tests use a stand-in).
-pub struct Pool<C = SrpChannel> {
+/// The export's channels (`C` is a channel with the buffers its last connection registered;
+/// tests use a stand-in).
+pub struct Pool<C = Spare<Endpoint>> {
     state: Mutex<State<C>>,
     /// Signalled when a channel comes back, is lost, or a connection stops ending.
     changed: Condvar,
@@ -68,7 +71,8 @@ struct State<C> {
 impl Pool {
     /// The channels a session logged in; `relogin` logs replacements in.
     pub fn new(channels: Vec<SrpChannel>, relogin: Relogin) -> Pool {
-        let login = Box::new(move || relogin.channel(RELOGIN_STEP));
+        let login = Box::new(move || relogin.channel(RELOGIN_STEP).map(Spare::new));
+        let channels = channels.into_iter().map(Spare::new).collect();
         Pool::with_login(channels, login, GRACE, DRAIN_WAIT)
     }
 }

@@ -10,6 +10,10 @@ info=$(nbdinfo "$URI") || fail "nbdinfo"
 echo "$info"
 expect_contains "nbdinfo" "$info" "export-size: $SRP_LUN_BYTES"
 expect_contains "nbdinfo" "$info" "can_multi_conn: true"
+# the data registrations one connection made (the state file is rewritten every 2 s)
+regs() { memory | sed -n 's/.*, \([0-9]*\) data registration(s).*/\1/p'; }
+sleep 2.5; r1=$(regs)
+[ "${r1:-0}" -gt 0 ] || fail "no data registrations in 'srp-ublk list' after nbdinfo: '$(memory)'"
 fio --name=nbdv --ioengine=nbd --uri="$URI" --rw=randrw --bs=4k --iodepth=32 --size=64m \
     --offset=64m --verify=crc32c --verify_fatal=1 --eta=never --output=/tmp/fio-nbd.txt
 rc=$?
@@ -35,6 +39,12 @@ expect_eq "bytes written by nbdcopy, from the export's counters" "$((w1 - w0))" 
 total=$(srp-ublk list --json | grep -o '"connections_total": *[0-9]*' | grep -o '[0-9]*$')
 [ "${total:-0}" -ge 3 ] || fail "connections since start: ${total:-none} (nbdinfo, fio, nbdcopy made at least 3)"
 ok "the export's counters: nbdcopy's 8 MiB written, $total connection(s) since start"
+# a channel keeps the buffers its last connection registered: the export's 2 channels registered
+# at most twice what nbdinfo's connection did, however many connections came since
+rn=$(regs)
+[ "${rn:-0}" -le $((2 * r1)) ] ||
+    fail "data registrations after $total connections: $rn (nbdinfo's connection made $r1; at most $((2 * r1)) over 2 channels)"
+ok "data registrations: $r1 after the first connection, $rn after $total"
 sd=$(lab-ref-attach) || fail "lab-ref-attach"
 expect_eq "NBD -> ib_srp" "$(sha_range "$sd" 0 8)" "$(sha256sum < /tmp/n | cut -c1-64)"
 kill $SRV; wait $SRV 2>/dev/null
