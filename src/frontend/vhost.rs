@@ -8,6 +8,8 @@
 
 mod request;
 #[cfg(test)]
+mod socket_tests;
+#[cfg(test)]
 mod tests;
 mod translate;
 mod worker;
@@ -29,7 +31,9 @@ use vhost_user_backend::{Error as DaemonError, VhostUserBackend, VhostUserDaemon
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{
+    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -84,6 +88,46 @@ pub struct Backend<C: Connect = Relogin> {
     mem: GuestMem,
     event_idx: AtomicBool,
     status: Arc<ExportStatus>,
+}
+
+/// A memory table region the backend refuses.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the VMM's memory region {index} (guest address {gpa:#x}, {len} bytes at offset {offset} of \
+     its file) lies past the end of that file ({file_len} bytes): refused (a guest access there \
+     would kill the server); the VMM's connection is ended"
+)]
+pub struct RegionPastEof {
+    /// Its place in the table.
+    pub index: usize,
+    /// Its guest physical address.
+    pub gpa: u64,
+    /// Its length.
+    pub len: u64,
+    /// Where it starts in its file.
+    pub offset: u64,
+    /// The file's length.
+    pub file_len: u64,
+}
+
+/// Checks that every file-backed region of a memory table lies inside its file: a mapping past a
+/// file's end is made without complaint, and the first access there is SIGBUS.
+fn check_regions(mem: &GuestMemoryMmap<()>) -> Result<(), RegionPastEof> {
+    for (index, r) in mem.iter().enumerate() {
+        let Some(f) = r.file_offset() else { continue };
+        let file_len = f.file().metadata().map_or(0, |m| m.len());
+        let (offset, len) = (f.start(), r.len());
+        if offset.checked_add(len).is_none_or(|end| end > file_len) {
+            return Err(RegionPastEof {
+                index,
+                gpa: r.start_addr().0,
+                len,
+                offset,
+                file_len,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What went wrong serving.
@@ -245,6 +289,10 @@ where
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap<()>>) -> std::io::Result<()> {
         let m = mem.memory().into_inner();
+        if let Err(e) = check_regions(&m) {
+            tracing::error!("{e}");
+            return Err(std::io::Error::other(e));
+        }
         *self.mem.mem.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
         self.mem.gen.fetch_add(1, Relaxed);
         Ok(())

@@ -30,7 +30,7 @@ const STATUS: u64 = 0x11_0000;
 /// The first memory region ends here, where the second starts (a buffer may cross).
 const REGION0_END: u64 = 0x40_0000;
 
-struct Relog;
+pub(super) struct Relog;
 
 impl Connect for Relog {
     type T = FakeTarget;
@@ -75,6 +75,25 @@ fn rig(max_segs: u16) -> Rig {
     vring.set_queue_size(QSIZE);
     vring.set_queue_ready(true);
     vring.set_enabled(true);
+    let published = Arc::new(ExportStatus::new(1));
+    let dev = Arc::new(device(max_segs));
+    let mut worker = Worker::new(0, fake_path(max_segs), dev, published.clone()).unwrap();
+    worker.new_connection();
+    Rig {
+        published,
+        mem,
+        vring,
+        worker,
+        next_desc: 0,
+        desc_table,
+        avail,
+        used,
+    }
+}
+
+/// A queue's path over the fake target (a 1 MiB disk of 512-byte blocks), its commands carrying
+/// up to `max_segs` segments.
+pub(super) fn fake_path(max_segs: u16) -> Path<Relog> {
     let mut t = FakeTarget::new(1 << 20, 512, send_slots(DEPTH, 4), DEPTH + 8).with_fds();
     t.max_segs = max_segs;
     let cfg = ChannelConfig::fake(DEPTH);
@@ -83,15 +102,19 @@ fn rig(max_segs: u16) -> Rig {
         fast_io_fail_tmo: Some(5),
         dev_loss_tmo: Some(60),
     };
-    let path = Path::new(
+    Path::new(
         Channel::new(t, cfg),
         Relog,
         TagBufs::new(DEPTH, 64 << 10),
         Rport::new(timers),
         "vhost queue 0".into(),
     )
-    .unwrap();
-    let dev = Device {
+    .unwrap()
+}
+
+/// The fake target's disk as a virtio-blk device.
+pub(super) fn device(max_segs: u16) -> Device {
+    Device {
         size: 1 << 20,
         block_size: 512,
         physical_exp: 0,
@@ -105,19 +128,6 @@ fn rig(max_segs: u16) -> Rig {
         max_discard: 2048,
         max_write_zeroes: 2048,
         write_zeroes_may_unmap: false,
-    };
-    let published = Arc::new(ExportStatus::new(1));
-    let mut worker = Worker::new(0, path, Arc::new(dev), published.clone()).unwrap();
-    worker.new_connection();
-    Rig {
-        published,
-        mem,
-        vring,
-        worker,
-        next_desc: 0,
-        desc_table,
-        avail,
-        used,
     }
 }
 
