@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures};
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
-use vhost::{VhostBackend, VhostUserMemoryRegionInfo};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_blk::VIRTIO_BLK_F_FLUSH;
 
 /// A server on a socket of its own, in a thread that outlives the test (it serves until the
@@ -36,8 +36,9 @@ fn server(dir: &FsPath) -> PathBuf {
 }
 
 /// A VMM that negotiates features as QEMU does, up to the memory table.
-fn negotiate(sock: &FsPath) -> Frontend {
-    let mut f = Frontend::connect(sock, 1).expect("connects");
+/// (`queues`: what rust-vmm's frontend lets a request name; it checks the index itself.)
+fn negotiate(sock: &FsPath, queues: u64) -> Frontend {
+    let mut f = Frontend::connect(sock, queues).expect("connects");
     f.set_owner().expect("SET_OWNER");
     let features = f.get_features().expect("GET_FEATURES");
     assert_ne!(
@@ -90,7 +91,7 @@ fn ended(f: &Frontend) -> bool {
 /// The next VMM is served: it reads the capacity (the fake target's 1 MiB in sectors) from the
 /// configuration space.
 fn served(sock: &FsPath, dir: &FsPath) {
-    let mut f = negotiate(sock);
+    let mut f = negotiate(sock, 1);
     let mem = guest_file(dir, "good", 1 << 20);
     f.set_mem_table(&[region(0, 1 << 20, &mem, 0)])
         .expect("a good memory table is taken");
@@ -132,9 +133,53 @@ fn bad_memory_tables_end_their_connection_and_the_next_vmm_is_served() {
         ),
     ];
     for (what, table) in bad {
-        let f = negotiate(&sock);
+        let f = negotiate(&sock, 1);
         let _ = f.set_mem_table(&table);
         assert!(ended(&f), "{what}: the connection was not ended");
+        served(&sock, &dir);
+    }
+}
+
+#[test]
+fn bad_vring_setups_end_their_connection_and_the_next_vmm_is_served() {
+    let dir = scratch("vhost-vrings");
+    let sock = server(&dir);
+    let mem = guest_file(&dir, "mem", 1 << 20);
+    let table = [region(0, 1 << 20, &mem, 0)];
+    let inside = 0x7000_0000_0000_u64;
+    let ring = |desc, avail, used| VringConfigData {
+        queue_max_size: 64,
+        queue_size: 64,
+        flags: 0,
+        desc_table_addr: desc,
+        used_ring_addr: used,
+        avail_ring_addr: avail,
+        log_addr: None,
+    };
+    type Step = Box<dyn Fn(&Frontend) -> vhost::Result<()>>;
+    let bad: [(&str, Step); 4] = [
+        (
+            "a queue the device does not have",
+            Box::new(|f| f.set_vring_num(5, 64)),
+        ),
+        ("a ring of 0 entries", Box::new(|f| f.set_vring_num(0, 0))),
+        (
+            "a ring past the device's largest",
+            Box::new(|f| f.set_vring_num(0, 4096)),
+        ),
+        (
+            "ring addresses outside the memory table",
+            Box::new(move |f| {
+                f.set_vring_num(0, 64)?;
+                f.set_vring_addr(0, &ring(inside, inside + 0x1000, 0x1234_0000_0000))
+            }),
+        ),
+    ];
+    for (what, step) in bad {
+        let f = negotiate(&sock, 8);
+        f.set_mem_table(&table).expect("a good memory table");
+        let refused = step(&f).is_err();
+        assert!(refused || ended(&f), "{what}: neither refused nor ended");
         served(&sock, &dir);
     }
 }
