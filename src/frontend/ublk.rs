@@ -145,7 +145,7 @@ pub enum UblkFrontError {
         have_depth: u16,
     },
     /// Setting up the queues' shared state failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Setup {
         /// The step.
         what: &'static str,
@@ -154,7 +154,7 @@ pub enum UblkFrontError {
         source: std::io::Error,
     },
     /// libublk or the driver refused.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Ublk {
         /// The step.
         what: &'static str,
@@ -473,7 +473,7 @@ impl QueueStart {
             &self.shared,
         );
         if let Err(e) = r {
-            tracing::error!("queue {qid}: {e}");
+            tracing::error!("queue {qid}: {}", crate::Chain(&e));
         }
     }
 }

@@ -86,7 +86,7 @@ enum ReconnectError<E: std::error::Error + 'static> {
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
     /// The tag buffers could not be registered on the channel's login.
-    #[error("registering the tag buffers: {0}")]
+    #[error("registering the tag buffers")]
     Register(#[source] TransportError),
 }
 

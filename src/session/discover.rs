@@ -54,7 +54,7 @@ pub fn report_luns(ch: &mut Channel<Endpoint>) -> Result<Vec<u64>, SessionError>
     let r = ReportLuns::parse(&b).map_err(|e| SessionError::Command {
         what: "REPORT LUNS",
         lun: 0,
-        detail: e.to_string(),
+        cause: super::CommandFailure::Parse(e),
     })?;
     if !r.complete() {
         tracing::warn!(

@@ -47,14 +47,15 @@ pub enum SessionError {
     #[error(transparent)]
     Login(#[from] RdmaError),
     /// A setup command failed.
-    #[error("{what} failed on LUN {lun}: {detail}")]
+    #[error("{what} failed on LUN {lun}")]
     Command {
         /// The command.
         what: &'static str,
         /// The LUN.
         lun: u64,
-        /// Status, sense or transport failure.
-        detail: String,
+        /// How.
+        #[source]
+        cause: CommandFailure,
     },
     /// A login found another LUN than the one the device serves.
     #[error("LUN {lun} is not the LUN this device served")]
@@ -73,6 +74,32 @@ pub enum SessionError {
         /// Why.
         detail: String,
     },
+}
+
+/// How a setup command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandFailure {
+    /// It was not carried (the channel went down, or it timed out).
+    #[error("not carried")]
+    Channel(#[source] crate::channel::SubmitError),
+    /// The LUN answered with an error.
+    #[error(
+        "status {status:?}, {}errno {errno}{hint}",
+        sense.map(|s| format!("sense {s}, ")).unwrap_or_default()
+    )]
+    Status {
+        /// The SCSI status.
+        status: crate::wire::scsi::ScsiStatus,
+        /// Its sense data.
+        sense: Option<crate::wire::scsi::Sense>,
+        /// What it means to the block layer.
+        errno: i32,
+        /// What to check ("" or " (...)").
+        hint: &'static str,
+    },
+    /// Its data does not parse.
+    #[error("its data does not parse")]
+    Parse(#[source] crate::wire::WireError),
 }
 
 /// What the caller asks for.
@@ -527,18 +554,19 @@ fn data_in(
         .map_err(|e| SessionError::Command {
             what,
             lun,
-            detail: e.to_string(),
+            cause: CommandFailure::Channel(e),
         })?;
     match o.bytes(alloc) {
         Ok(n) => Ok(ch.transport().scratch().1[..n as usize].to_vec()),
         Err(errno) => Err(SessionError::Command {
             what,
             lun,
-            detail: format!(
-                "status {:?}, {}errno {errno}",
-                o.status,
-                o.sense.map(|s| format!("sense {s}, ")).unwrap_or_default()
-            ),
+            cause: CommandFailure::Status {
+                status: o.status,
+                sense: o.sense,
+                errno,
+                hint: "",
+            },
         }),
     }
 }
@@ -615,16 +643,18 @@ fn test_unit_ready(ch: &mut Channel<Endpoint>, lun: u64) -> Result<(), SessionEr
         .map_err(|e| SessionError::Command {
             what: "TEST UNIT READY",
             lun,
-            detail: e.to_string(),
+            cause: CommandFailure::Channel(e),
         })?;
     if o.errno != 0 {
         return Err(SessionError::Command {
             what: "TEST UNIT READY",
             lun,
-            detail: format!(
-                "status {:?} sense {:?} (is LUN {lun} mapped in the target's ACL?)",
-                o.status, o.sense
-            ),
+            cause: CommandFailure::Status {
+                status: o.status,
+                sense: o.sense,
+                errno: o.errno,
+                hint: " (is the LUN mapped in the target's ACL?)",
+            },
         });
     }
     Ok(())
@@ -636,7 +666,7 @@ fn standard_inquiry(ch: &mut Channel<Endpoint>, lun: u64) -> Result<StandardInqu
     let inquiry = StandardInquiry::parse(&std_inq).map_err(|e| SessionError::Command {
         what: "INQUIRY",
         lun,
-        detail: e.to_string(),
+        cause: CommandFailure::Parse(e),
     })?;
     if !inquiry.is_disk() {
         return Err(SessionError::Unsupported {
@@ -685,7 +715,7 @@ fn capacity16(ch: &mut Channel<Endpoint>, lun: u64) -> Result<Capacity, SessionE
     Capacity::parse(&cap).map_err(|e| SessionError::Command {
         what: "READ CAPACITY(16)",
         lun,
-        detail: e.to_string(),
+        cause: CommandFailure::Parse(e),
     })
 }
 
@@ -741,6 +771,26 @@ pub fn default_max_io(depth: u16) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_setup_command_names_the_command_the_lun_and_then_its_cause() {
+        let e = SessionError::Command {
+            what: "TEST UNIT READY",
+            lun: 3,
+            cause: CommandFailure::Status {
+                status: crate::wire::scsi::ScsiStatus::CheckCondition,
+                sense: None,
+                errno: libc::EIO,
+                hint: " (is the LUN mapped in the target's ACL?)",
+            },
+        };
+        assert_eq!(e.to_string(), "TEST UNIT READY failed on LUN 3");
+        assert_eq!(
+            crate::Chain(&e).to_string(),
+            "TEST UNIT READY failed on LUN 3: status CheckCondition, errno 5 (is the LUN mapped in \
+             the target's ACL?)"
+        );
+    }
 
     #[test]
     fn the_default_largest_io_keeps_a_queue_within_its_buffer_budget() {

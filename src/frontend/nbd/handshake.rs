@@ -177,7 +177,7 @@ fn export_name(s: &mut Timed, ex: &Export, data: &[u8], no_zeroes: bool) -> io::
     if !names_export(ex, &name) {
         return Err(bad(format!("unknown export '{name}'")));
     }
-    let exec = Exec::open(ex).map_err(|e| bad(e.to_string()))?;
+    let exec = Exec::open(ex).map_err(|e| bad(crate::Chain(&e).to_string()))?;
     let mut reply = Vec::with_capacity(134);
     reply.extend_from_slice(&ex.size.to_be_bytes());
     reply.extend_from_slice(&ex.flags().to_be_bytes());
@@ -208,9 +208,10 @@ fn info_or_go(s: &mut Timed, ex: &Export, option: u32, data: &[u8]) -> io::Resul
     let exec = if option == opt::GO {
         match Exec::open(ex) {
             Ok(e) => Some(e),
-            Err(msg) => {
+            Err(e) => {
+                let msg = crate::Chain(&e).to_string();
                 tracing::info!("NBD: a client's GO refused: {msg}");
-                return refuse(s, rep::ERR_POLICY, &msg.to_string());
+                return refuse(s, rep::ERR_POLICY, &msg);
             }
         }
     } else {

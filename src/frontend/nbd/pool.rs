@@ -31,10 +31,10 @@ pub(super) enum PoolError {
     )]
     AllInUse,
     /// No channel was free and a new one did not log in.
-    #[error("no SRP channel is free and a new login failed: {0}")]
+    #[error("no SRP channel is free and a new login failed")]
     Login(#[source] SessionError),
     /// The connection's buffers could not be registered.
-    #[error("cannot register the connection's buffers: {0}")]
+    #[error("cannot register the connection's buffers")]
     Register(#[source] crate::path::PathError),
     /// A thread panicked holding the pool.
     #[error("internal error: the channel pool is poisoned")]

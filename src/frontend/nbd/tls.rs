@@ -16,7 +16,7 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A PEM file that does not read or parse.
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}")]
     Pem {
         /// What the file should hold.
         what: &'static str,
@@ -35,7 +35,7 @@ pub enum TlsError {
         path: PathBuf,
     },
     /// rustls refused the combination (a key that does not match the certificate, say).
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Rustls {
         /// The step.
         what: &'static str,
@@ -44,7 +44,7 @@ pub enum TlsError {
         source: rustls::Error,
     },
     /// The client CA does not make a verifier.
-    #[error("client CA {path}: {source}")]
+    #[error("client CA {path}")]
     Verifier {
         /// The CA file.
         path: PathBuf,

@@ -76,7 +76,7 @@ impl CapacityWatch {
         let cap = match self.relogin.read_capacity(RELOGIN_STEP) {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!("{dev}: capacity check ({why}) failed: {e}");
+                tracing::warn!("{dev}: capacity check ({why}) failed: {}", crate::Chain(&e));
                 return Err(());
             }
         };

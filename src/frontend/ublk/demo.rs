@@ -78,7 +78,7 @@ pub(super) fn serve_demo(
             run_demo_queue
         };
         if let Err(e) = run(qid, dev, disk.as_deref(), size) {
-            tracing::error!("queue {qid}: {e}");
+            tracing::error!("queue {qid}: {}", crate::Chain(&e));
         }
     };
     let res = ctrl.run_target(tgt_init, q_fn, move |c| {

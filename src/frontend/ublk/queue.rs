@@ -47,7 +47,7 @@ const ENTER_EVERY: u32 = 1024;
 #[derive(Debug, thiserror::Error)]
 pub(super) enum QueueError {
     /// libublk refused a step.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Ublk {
         what: &'static str,
         #[source]
