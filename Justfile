@@ -101,7 +101,7 @@ fuzz SECS="60": fuzz-setup
 
 # a short run of every fuzz target over its committed corpus (what CI runs)
 fuzz-smoke: fuzz-setup
-    for t in $(cargo +nightly fuzz list); do cargo +nightly fuzz run "$t" -- -max_total_time=10 -rss_limit_mb=2048; done
+    for t in $(cargo +nightly fuzz list); do cargo +nightly fuzz run "$t" -- -max_total_time=5 -rss_limit_mb=2048; done
 
 # install cargo-fuzz when missing
 fuzz-setup: deps
