@@ -3,8 +3,9 @@
 # QEMU guest (TCG, the lab's kernel) whose virtio-blk disk is that NBD export, attached with the exact
 # -blockdev options docs/vm-hosts.md gives. The guest makes an ext4 file system, writes files and
 # powers off; the host reads the disk back through the export and checks the files and the file
-# system. Then the libvirt <disk> element of docs/vm-hosts.md, in a minimal domain, must validate
-# with virt-xml-validate. Prints "vm: N passed, N failed".
+# system. Then the libvirt <disk> elements of docs/vm-hosts.md, each in a minimal domain, must
+# validate with virt-xml-validate (the NBD disk, and the vhost-user-blk disk with its memory
+# backing). Prints "vm: N passed, N failed".
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 BIN=${SRP_UBLK_BIN:-$ROOT/target/release/srp-ublk}
@@ -50,4 +51,16 @@ echo "vm: ext4 clean, 4 files match the guest's checksums (16 MiB data.bin among
 } > "$WORK/domain.xml"
 grep -q "protocol='nbd'" "$WORK/domain.xml" || fail "no libvirt <disk> element in $DOC"
 virt-xml-validate "$WORK/domain.xml" domain || fail "the libvirt XML of docs/vm-hosts.md does not validate"
+# and the vhost-user-blk one: the shared memory backing and the <disk type='vhostuser'>
+{
+    echo "<domain type='kvm'><name>vm1</name><memory unit='MiB'>512</memory>"
+    grep "^<memoryBacking>" "$DOC"
+    echo "<os><type arch='x86_64'>hvm</type></os><devices>"
+    sed -n "/^<disk type='vhostuser'/,/^<\/disk>/p" "$DOC"
+    echo "</devices></domain>"
+} > "$WORK/domain-vhost.xml"
+grep -q "type='vhostuser'" "$WORK/domain-vhost.xml" && grep -q "<memoryBacking>" "$WORK/domain-vhost.xml" ||
+    fail "no libvirt vhost-user-blk <disk> and <memoryBacking> in $DOC"
+virt-xml-validate "$WORK/domain-vhost.xml" domain ||
+    fail "the libvirt vhost-user-blk XML of docs/vm-hosts.md does not validate"
 echo "vm: 1 passed, 0 failed"
