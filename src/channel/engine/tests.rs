@@ -57,6 +57,13 @@ fn io(ch: &mut Channel<FakeTarget>, bufs: &[DataBuf], tag: u16, op: BlockOp, off
     io_to(ch, bufs, LUN0, tag, (op, off, len));
 }
 
+/// A 4 KiB write of tag `tag`'s buffer to byte `tag x 4096` of LUN 0 (not yet submitted).
+fn write_4k(bufs: &[DataBuf], tag: u16) -> ScsiCmd {
+    let w = BlockOp::Write { fua: false };
+    let b = bufs[usize::from(tag)];
+    to_scsi(LUN0, w, u64::from(tag) * 4096, 4096, &GEO, b, &mut []).unwrap()
+}
+
 const LUN0: ScsiLun = ScsiLun([0; 8]);
 /// Another logical unit behind the same channel (the fake serves one disk whatever the LUN).
 const LUN1: ScsiLun = ScsiLun([0, 1, 0, 0, 0, 0, 0, 0]);
@@ -218,20 +225,7 @@ fn selective_signalling_gives_back_every_slot_posted_before_a_signalled_send() {
         for tag in 0..3u16 {
             let fill = (pass * 3 + u32::from(tag)) as u8;
             ch.transport().buf(bufs[usize::from(tag)])[..4096].fill(fill);
-            let mut scratch = vec![0u8; 4096];
-            let off = u64::from(tag) * 4096;
-            let w = BlockOp::Write { fua: false };
-            let cmd = to_scsi(
-                LUN0,
-                w,
-                off,
-                4096,
-                &GEO,
-                bufs[usize::from(tag)],
-                &mut scratch,
-            )
-            .unwrap();
-            ch.submit(tag, cmd).unwrap();
+            ch.submit(tag, write_4k(&bufs, tag)).unwrap();
         }
         let done = drain(&mut ch);
         assert_eq!(done.len(), 3, "pass {pass}");
@@ -260,20 +254,7 @@ fn a_chain_refused_in_the_middle_loses_and_doubles_nothing() {
     let (mut ch, bufs) = setup(16);
     for tag in 0..4u16 {
         ch.transport().buf(bufs[usize::from(tag)])[..4096].fill(0x10 + tag as u8);
-        let mut scratch = vec![0u8; 4096];
-        let off = u64::from(tag) * 4096;
-        let w = BlockOp::Write { fua: false };
-        let cmd = to_scsi(
-            LUN0,
-            w,
-            off,
-            4096,
-            &GEO,
-            bufs[usize::from(tag)],
-            &mut scratch,
-        )
-        .unwrap();
-        ch.submit(tag, cmd).unwrap();
+        ch.submit(tag, write_4k(&bufs, tag)).unwrap();
     }
     // one pass's four SRP_CMDs, posted as one chain that the HCA refuses at the third
     ch.transport().faults.fail_post_at = Some(2);
