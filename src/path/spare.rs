@@ -10,8 +10,10 @@ use crate::session::rport::Rport;
 
 /// A channel that is up and idle, with the buffers the last path over it registered (if any).
 pub struct Spare<T: Transport> {
-    ch: Channel<T>,
+    /// Dropped before the channel (field order), as a path's registrations are: the login still
+    /// holds the device while the registration lets go of it.
     kept: Option<Kept<T>>,
+    ch: Channel<T>,
 }
 
 /// Buffers registered on a spare channel's login, and their descriptors.
