@@ -28,6 +28,12 @@ impl<T: Transport> Spare<T> {
     pub fn new(ch: Channel<T>) -> Spare<T> {
         Spare { ch, kept: None }
     }
+
+    /// The channel's transport (tests reach the fake target through it).
+    #[cfg(test)]
+    pub(crate) fn transport_mut(&mut self) -> &mut T {
+        self.ch.transport()
+    }
 }
 
 /// A channel a path gave back ([`Path::into_channel`]).

@@ -274,6 +274,32 @@ fn the_next_connection_over_a_channel_registers_nothing() {
 }
 
 #[test]
+fn a_channel_that_went_down_while_spare_logs_in_again_under_the_next_connection() {
+    let ex = export();
+    let pool = fake_pool();
+    let (mut c, mut client) = connection_from(&ex, Relog { refuse: false }, TIMERS, &pool);
+    read_once(&mut c, &mut client, 1);
+    drop(c);
+    // the target drops the login while no connection uses the channel
+    let mut spare = pool.take().expect("the spare channel");
+    spare.transport_mut().disconnect();
+    pool.give_back(spare);
+    // the next connection resumes the kept buffers on it: the channel goes down, logs in again
+    // on the same device and adopts their registration
+    let (mut c, mut client) = connection_from(&ex, Relog { refuse: false }, TIMERS, &pool);
+    let back = drive(&mut c, Duration::from_secs(3), |c| {
+        path(c).reconnects() == 1
+    });
+    assert!(back, "the disconnect was not acted on");
+    read_once(&mut c, &mut client, 2);
+    assert_eq!(
+        path(&mut c).transport_mut().registrations,
+        1,
+        "the kept registration serves the new login"
+    );
+}
+
+#[test]
 fn a_connections_counters_are_published_and_the_next_in_its_slot_carries_them_on() {
     let ex = export();
     let (mut c, mut client) = connection(&ex, Relog { refuse: false }, TIMERS);
