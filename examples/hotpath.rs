@@ -110,6 +110,7 @@ impl Post for Instant {
 }
 
 impl Memory for Instant {
+    type Lent = srp_ublk::rdma::Lent;
     type Registered = ();
 
     fn register(

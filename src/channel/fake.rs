@@ -652,6 +652,7 @@ impl Post for FakeTarget {
 }
 
 impl Memory for FakeTarget {
+    type Lent = Lent;
     type Registered = FakeRegistration;
 
     fn register(&mut self, mem: &Lent) -> Result<(FakeRegistration, Vec<DataBuf>), TransportError> {

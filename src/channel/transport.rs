@@ -6,7 +6,6 @@
 #[cfg(doc)]
 use super::LINK_CHECK_MS;
 use super::{DataBuf, PortDown, RemoteAccess, TransportError, Wc};
-use crate::rdma::Lent;
 use std::os::fd::RawFd;
 
 /// A login's send and receive queues and their completions.
@@ -52,12 +51,18 @@ pub trait Post {
 /// Memory the target reaches: registrations that outlive a login, and the windows a command opens
 /// over them.
 pub trait Memory {
+    /// Memory lent for registration with its owner (the memory layer's `rdma::Lent`: named here
+    /// as a type of the implementation, so that `channel` imports nothing of `rdma`).
+    type Lent;
     /// Memory registered through [`Memory::register`].
     type Registered: Send;
     /// Registers `mem` for the target's RDMA on this transport's device: the registration (the
     /// memory kept allocated while it lives), and one descriptor per region. A path keeps it from
     /// one login to the next ([`Memory::adopt`]).
-    fn register(&mut self, mem: &Lent) -> Result<(Self::Registered, Vec<DataBuf>), TransportError>;
+    fn register(
+        &mut self,
+        mem: &Self::Lent,
+    ) -> Result<(Self::Registered, Vec<DataBuf>), TransportError>;
     /// Whether `reg`, registered on an earlier login, serves this one too (the same device and
     /// access): the target then reaches the buffers through it, with the keys it had.
     fn adopt(&mut self, reg: &Self::Registered) -> bool;

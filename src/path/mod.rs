@@ -39,8 +39,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How a path logs its channel in again after it went down.
 pub trait Connect {
-    /// The transport a login gives.
-    type T: Transport;
+    /// The transport a login gives (it registers the memory layer's [`crate::rdma::Lent`]).
+    type T: Transport + Memory<Lent = crate::rdma::Lent>;
     /// Why a login failed.
     type Error: std::error::Error + 'static;
     /// A new login to the target `old` was logged in to.

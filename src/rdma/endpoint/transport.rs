@@ -323,6 +323,7 @@ impl Post for Endpoint {
 }
 
 impl Memory for Endpoint {
+    type Lent = Lent;
     type Registered = Registration;
 
     fn register(&mut self, mem: &Lent) -> Result<(Registration, Vec<DataBuf>), TransportError> {
