@@ -150,11 +150,9 @@ pub struct Channel<T: Transport> {
     last_wc: u64,
     /// The next command's [`TagEntry::seq`].
     next_seq: u64,
+    /// The task management request out; a LOGICAL UNIT RESET holds its LUN (`paused`).
     tmf: Option<Tmf>,
     tmf_seq: u16,
-    /// The logical unit a LOGICAL UNIT RESET is out for: nothing new is sent to it until the
-    /// reset ends (the channel's other LUNs carry on).
-    paused: Option<ScsiLun>,
     /// The log lines a target can trigger at will (AER_REQ, CRED/AER answers dropped).
     noisy: crate::ratelimit::RateLimit,
     /// Each tag's data segments ([`Channel::submit_segments`]).
@@ -221,7 +219,6 @@ impl<T: Transport> Channel<T> {
             next_seq: 0,
             tmf: None,
             tmf_seq: 0,
-            paused: None,
             noisy: crate::ratelimit::RateLimit::new(std::time::Duration::from_secs(10)),
             segs: segments::Segments::new(cfg.depth, max_segs),
         }
@@ -303,7 +300,7 @@ impl<T: Transport> Channel<T> {
         if self.can_send()
             && self.waiting.is_empty()
             && self.down.is_none()
-            && self.paused.is_none()
+            && self.paused().is_none()
         {
             if let Err(e) = self.send_cmd(tag) {
                 self.set_down(DownReason::Transport(e));
@@ -313,7 +310,7 @@ impl<T: Transport> Channel<T> {
         } else {
             self.tags[usize::from(tag)].state = TagState::Waiting;
             self.waiting.push_back(tag);
-            if self.paused.is_some() && self.down.is_none() {
+            if self.paused().is_some() && self.down.is_none() {
                 // another LUN's command goes past the reset's held ones
                 self.drain_waiting();
             }
@@ -335,9 +332,17 @@ impl<T: Transport> Channel<T> {
         self.req_lim > 1 && self.slots.any_free()
     }
 
+    /// The logical unit a LOGICAL UNIT RESET is out for: nothing new is sent to it until the
+    /// reset ends (the channel's other LUNs carry on).
+    fn paused(&self) -> Option<ScsiLun> {
+        self.tmf
+            .filter(|t| t.func == TskMgmtFunc::LunReset)
+            .map(|t| t.lun)
+    }
+
     /// Whether `tag`'s command waits for a LOGICAL UNIT RESET of its LUN to end.
     fn held(&self, tag: u16) -> bool {
-        self.paused
+        self.paused()
             .is_some_and(|lun| self.tags[usize::from(tag)].cmd.lun == lun)
     }
 

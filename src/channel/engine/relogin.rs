@@ -67,7 +67,6 @@ impl<T: Transport> Channel<T> {
             .collect();
         self.small_pending.clear();
         self.tmf = None;
-        self.paused = None;
         self.last_wc = self.now;
         self.req_lim = req_lim;
         self.cfg.req_lim = req_lim;

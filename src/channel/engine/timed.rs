@@ -100,7 +100,6 @@ impl<T: Transport> Channel<T> {
     /// too: down.
     fn escalate(&mut self, t: Tmf, answer: TmfAnswer) {
         self.tmf = None;
-        self.paused = None;
         match t.func {
             TskMgmtFunc::AbortTask => {
                 tracing::warn!("ABORT TASK {answer}: LOGICAL UNIT RESET");
@@ -142,7 +141,6 @@ impl<T: Transport> Channel<T> {
         }
         self.take_credit();
         self.stats.tmfs += 1;
-        self.paused = (func == TskMgmtFunc::LunReset).then_some(lun);
         self.tmf = Some(Tmf {
             func,
             lun,
@@ -163,7 +161,6 @@ impl<T: Transport> Channel<T> {
             return self.escalate(t, TmfAnswer::Refused(code));
         }
         self.tmf = None;
-        self.paused = None;
         // what the request ended is sent again, with a new generation: a late response to the old
         // one is dropped
         let ended = match t.target {
