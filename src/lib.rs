@@ -18,6 +18,7 @@ pub mod ratelimit;
 pub mod rdma;
 pub mod session;
 pub mod stats;
+pub mod ublk;
 pub mod wire;
 
 /// An error and its causes (its `source` chain) for a log line: "what: why: ...", as anyhow's

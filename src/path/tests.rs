@@ -94,7 +94,7 @@ type Finished = Vec<(u16, i32, Vec<u8>)>;
 fn service(p: &mut Path<&FakeConnect>, now: Instant) -> (Finished, Option<Event>) {
     let mut out = Vec::new();
     let (_, ev) = p.service(now, &mut |d, b| {
-        let data = b.ios()[usize::from(d.tag)][..4096].to_vec();
+        let data = b.tag_data(d.tag)[..4096].to_vec();
         out.push((d.tag, d.outcome.errno, data));
     });
     (out, ev)
@@ -355,7 +355,7 @@ fn pattern(seed: u8) -> Vec<u8> {
 fn service_big(p: &mut Path<&FakeConnect>, now: Instant) -> Finished {
     let mut out = Vec::new();
     p.service(now, &mut |d, b| {
-        let data = b.ios()[usize::from(d.tag)][..BIG as usize].to_vec();
+        let data = b.tag_data(d.tag)[..BIG as usize].to_vec();
         out.push((d.tag, d.outcome.errno, data));
     });
     out

@@ -1,5 +1,5 @@
-//! RDMA: libibverbs and librdmacm through `rdma-sys`. The only FFI (and, with the ublk front end's buffer
-//! registration, the only `unsafe`) in srp-ublk.
+//! RDMA: libibverbs and librdmacm through `rdma-sys`. The only FFI in srp-ublk, and with
+//! [`crate::ublk`] (the ublk driver's io_uring commands) the only `unsafe`.
 //!
 //! [`Endpoint::connect`] logs one SRP channel in over RDMA/CM: resolve address and route, create the
 //! PD, completion channel, CQ and RC QP on the device the route chose, register the IU region, post

@@ -16,7 +16,8 @@
 //! registering is safe.
 
 use super::mem::Lent;
-use libublk::helpers::IoBuf;
+use std::alloc::Layout;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// The registered bytes of each tag's buffer when the largest I/O is larger: commands up to this
@@ -34,8 +35,8 @@ const POOL_UNIT: u32 = 4 << 10;
 
 /// The buffers' memory: one per tag, then the area (staging buffers or the pool).
 struct Mem {
-    tags: Vec<IoBuf<u8>>,
-    area: Option<IoBuf<u8>>,
+    tags: Vec<PageBuf>,
+    area: Option<PageBuf>,
     /// The registered prefix of each tag's buffer.
     head: usize,
 }
@@ -46,6 +47,12 @@ impl Mem {
         let heads = self.tags.iter().map(|b| (b.as_mut_ptr(), self.head));
         let heads = heads.filter(|&(_, len)| len > 0);
         heads.chain(self.area.iter().map(|b| (b.as_mut_ptr(), b.len())))
+    }
+
+    /// Every buffer whole: each tag's, then the area.
+    fn whole(&self) -> impl Iterator<Item = (*mut u8, usize)> + '_ {
+        let tags = self.tags.iter().map(|b| (b.as_mut_ptr(), b.len()));
+        tags.chain(self.area.iter().map(|b| (b.as_mut_ptr(), b.len())))
     }
 
     /// The number of registered heads (the area's region comes after them).
@@ -68,9 +75,6 @@ pub struct TagBufs {
     pool: bool,
     /// The area offset of the span each tag's latest pool command took (what its commit names).
     spans: Vec<u32>,
-    /// With a pool, what FETCH names for each tag (libublk wants a buffer per tag unless the
-    /// device copies by itself): neither the kernel nor the daemon reads or writes them.
-    fetch: Vec<IoBuf<u8>>,
 }
 
 impl TagBufs {
@@ -96,8 +100,8 @@ impl TagBufs {
         let bytes = size as usize * usize::from(stages);
         TagBufs {
             mem: Arc::new(Mem {
-                tags: (0..depth).map(|_| IoBuf::new(size as usize)).collect(),
-                area: (stages > 0).then(|| IoBuf::new(bytes)),
+                tags: (0..depth).map(|_| PageBuf::new(size as usize)).collect(),
+                area: (stages > 0).then(|| PageBuf::new(bytes)),
                 head: head.min(size) as usize,
             }),
             depth,
@@ -105,7 +109,6 @@ impl TagBufs {
             unit: size,
             pool: false,
             spans: Vec::new(),
-            fetch: Vec::new(),
         }
     }
 
@@ -122,7 +125,7 @@ impl TagBufs {
         TagBufs {
             mem: Arc::new(Mem {
                 tags: Vec::new(),
-                area: Some(IoBuf::new(bytes as usize)),
+                area: Some(PageBuf::new(bytes as usize)),
                 head: 0,
             }),
             depth,
@@ -130,7 +133,6 @@ impl TagBufs {
             unit: POOL_UNIT,
             pool: true,
             spans: vec![0; usize::from(depth)],
-            fetch: (0..depth).map(|_| IoBuf::new(POOL_UNIT as usize)).collect(),
         }
     }
 
@@ -173,19 +175,23 @@ impl TagBufs {
         self.mem.heads()
     }
 
-    /// The tag buffers, as ublk's FETCH and COMMIT commands take them (none with a pool).
-    pub fn ios(&self) -> &Vec<IoBuf<u8>> {
-        &self.mem.tags
+    /// Tag `tag`'s buffer as ublk's FETCH and COMMIT name it (None with a pool: a write names
+    /// its span with NEED_GET_DATA, a read with its COMMIT).
+    pub fn tag_span(&self, tag: u16) -> Option<(u64, u32)> {
+        let b = self.mem.tags.get(usize::from(tag))?;
+        Some((b.as_mut_ptr() as u64, b.len() as u32))
     }
 
-    /// What ublk's FETCH names for each tag: its buffer, or with a pool a placeholder page (a
-    /// write names its span with NEED_GET_DATA, a read with its COMMIT).
-    pub fn fetch_bufs(&self) -> &Vec<IoBuf<u8>> {
-        if self.pool {
-            &self.fetch
-        } else {
-            &self.mem.tags
-        }
+    /// Tag `tag`'s buffer, to read a finished read's data from (empty with a pool). The HCA
+    /// writes a buffer only while a command on its tag is outstanding.
+    pub fn tag_data(&self, tag: u16) -> &[u8] {
+        let Some(b) = self.mem.tags.get(usize::from(tag)) else {
+            return &[];
+        };
+        // SAFETY: as in `slot`: the allocation is live and b.len() bytes long, and the only
+        // mutable references to it are made by methods borrowing `self` mutably, which this
+        // shared borrow excludes while it lives.
+        unsafe { std::slice::from_raw_parts(b.as_mut_ptr(), b.len()) }
     }
 
     /// Tag `tag`'s buffer, to fill before a write is sent or to read after a read completed (empty
@@ -195,8 +201,8 @@ impl TagBufs {
             return &mut [];
         };
         // SAFETY: the allocation is live (we hold the Arc) and b.len() bytes long; every Rust
-        // reference to it is made here or through `ios`, both borrowing `self` (mutably here), and
-        // a `Keep` makes none, so no other reference aliases this one while it lives.
+        // reference to it is made by a method borrowing `self` mutably, and a `Lent` makes none,
+        // so no other reference aliases this one while it lives.
         unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr(), b.len()) }
     }
 
@@ -234,7 +240,7 @@ impl TagBufs {
         self.mem
             .area
             .as_ref()
-            .map_or(0, |a| a.as_ptr() as u64 + off as u64)
+            .map_or(0, |a| a.as_mut_ptr() as u64 + off as u64)
     }
 
     /// Notes that tag `tag`'s pool command holds the span at area offset `off`.
@@ -248,7 +254,7 @@ impl TagBufs {
     /// held with a pool (never 0, which a read's commit may not name), its own buffer otherwise.
     pub fn commit_addr(&self, tag: u16) -> u64 {
         match self.mem.tags.get(usize::from(tag)) {
-            Some(b) => b.as_ptr() as u64,
+            Some(b) => b.as_mut_ptr() as u64,
             None => self.area_addr(self.spans.get(usize::from(tag)).map_or(0, |&s| s as usize)),
         }
     }
@@ -266,9 +272,72 @@ impl TagBufs {
             .regions()
             .map(|(p, len)| (p as usize, len))
             .collect();
-        // SAFETY: every region lies in `mem`'s allocations (IoBufs, freed only when `mem` is
+        // SAFETY: every region lies in `mem`'s allocations (PageBufs, freed only when `mem` is
         // dropped and never resized), which the Arc keeps.
         unsafe { Lent::new(regions, self.mem.clone()) }
+    }
+
+    /// Every buffer whole (each tag's, then the area), lent with the memory: what ublk's
+    /// commands may name for the kernel to copy requests' data into and out of.
+    pub fn copies_lent(&self) -> Lent {
+        let regions = self.mem.whole().map(|(p, len)| (p as usize, len)).collect();
+        // SAFETY: as in `lent`: the regions are `mem`'s allocations whole.
+        unsafe { Lent::new(regions, self.mem.clone()) }
+    }
+}
+
+/// A zeroed, page-aligned heap buffer of a fixed length, freed on drop. Its bytes are reached
+/// only through raw pointers ([`TagBufs`] makes the references), so the HCA and the kernel may
+/// write them while it is shared.
+struct PageBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a PageBuf owns its allocation and makes no reference to it; the pointer is as good on
+// any thread.
+unsafe impl Send for PageBuf {}
+// SAFETY: as for Send: `&PageBuf` gives out the pointer alone.
+unsafe impl Sync for PageBuf {}
+
+impl PageBuf {
+    /// Page alignment: what DMA and ublk's copies expect.
+    const ALIGN: usize = 4096;
+
+    /// `len` zeroed bytes (at least one, as an allocation must be).
+    fn new(len: usize) -> PageBuf {
+        // a length no allocation can have fails as an allocation of it would
+        let Some(layout) = Self::layout(len) else {
+            std::alloc::handle_alloc_error(Layout::new::<u8>())
+        };
+        // SAFETY: the layout has a non-zero size (`layout` rounds 0 up to 1).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(p) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        PageBuf { ptr, len }
+    }
+
+    fn layout(len: usize) -> Option<Layout> {
+        Layout::from_size_align(len.max(1), Self::ALIGN).ok()
+    }
+
+    fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for PageBuf {
+    fn drop(&mut self) {
+        if let Some(layout) = Self::layout(self.len) {
+            // SAFETY: allocated in `new` with this layout (`new` made it from the same length),
+            // freed once.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
     }
 }
 
@@ -303,7 +372,7 @@ mod tests {
         assert_eq!(mib(&TagBufs::pooled(64, 512 << 10)), 6.0);
         assert_eq!(mib(&TagBufs::pooled(8, 64 << 10)), 0.5);
         assert_eq!(mib(&TagBufs::pooled(1, 1 << 20)), 1.0);
-        assert!(b.ios().is_empty());
+        assert!(b.tag_span(0).is_none());
     }
 
     #[test]

@@ -10,23 +10,21 @@ use crate::session::rport::Rport;
 use crate::session::Relogin;
 use crate::session::SrpChannel;
 use crate::stats::{IoCounters, IoKind};
-use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
-use libublk::{sys, BufDesc, BufDescList, UblkIORes, UblkUringData};
+use crate::ublk::{Cqe, Dev, QueueSpec, Ring, UblkIoError};
+use libublk::io::UblkDev;
+use libublk::sys;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const OP_POLL_CQ: u32 = 1;
-const OP_POLL_CM: u32 = 2;
-const OP_CANCEL: u32 = 3;
+const OP_POLL_CQ: u8 = 1;
+const OP_POLL_CM: u8 = 2;
+const OP_CANCEL: u8 = 3;
 /// A Timeout SQE that wakes a sleeping queue for its channel's timed work (command timeouts,
 /// delayed retries) while commands are outstanding.
-const OP_TICK: u32 = 4;
+const OP_TICK: u8 = 4;
 /// A PollAdd on the queue's [`SessionLink`] eventfd: another queue's channel failed.
-const OP_POLL_WAKE: u32 = 5;
-/// A NEED_GET_DATA command (its tag in the tag field): the kernel copies a write's data into the
-/// span named and hands the command over with this user data.
-const OP_GET_DATA: u32 = 6;
+const OP_POLL_WAKE: u8 = 5;
 
 /// How long a queue with nothing out on the fabric sleeps before it arms its CQs. A low-depth
 /// queue's next command usually comes sooner, and the spin then reaps its response with no
@@ -39,7 +37,7 @@ const IDLE_ARM: Duration = Duration::from_millis(100);
 /// Passes of a spin between two io_uring_enter calls made whatever the ring says. A spinning
 /// queue enters the kernel only when the ring has work for it: the kernel raises the task-run
 /// flag for every ublk command and poll completion it queues (IORING_SETUP_TASKRUN_FLAG, see
-/// [`init_ring`]). The odd enter is a backstop, rare enough to cost nothing per I/O: a QD1 I/O
+/// [`Ring::new`]). The odd enter is a backstop, rare enough to cost nothing per I/O: a QD1 I/O
 /// spins for a few hundred passes.
 const ENTER_EVERY: u32 = 1024;
 
@@ -56,6 +54,9 @@ pub(super) enum QueueError {
     /// The path could not be set up.
     #[error(transparent)]
     Path(#[from] PathError),
+    /// The queue's ublk ring could not be set up.
+    #[error("setting up the queue's ublk I/O")]
+    Io(#[from] UblkIoError),
 }
 
 impl QueueError {
@@ -105,11 +106,17 @@ struct TagIo {
     zero: Option<Zeroing>,
 }
 
+/// The queue's ublk ring and the device queue it serves on it.
+struct UblkIo {
+    ring: Ring,
+    dev: Dev,
+}
+
 /// What a queue does besides its path: the device it belongs to and the polls it has armed on
 /// the path's fds (each tagged with the path's login generation).
 struct Queue<'a> {
     qid: u16,
-    q: &'a UblkQueue<'a>,
+    io: UblkIo,
     geo: Geometry,
     shared: &'a SessionLink,
     status: &'a QueueStatus,
@@ -121,11 +128,8 @@ struct Queue<'a> {
     cm_poll: bool,
     wake_poll: bool,
     tick_poll: bool,
-    /// The Timeout SQE's duration: read by the kernel when the SQE is submitted.
-    tick_ts: io_uring::types::Timespec,
-    /// The device's NEED_GET_DATA opcode as its queues encode it, when writes need one (the
-    /// buffers are a pool).
-    get_data_op: Option<u32>,
+    /// Writes need a NEED_GET_DATA (the buffers are a pool).
+    pool: bool,
     /// Since when the queue has had nothing out on the fabric, once it went to sleep so.
     idle_since: Option<Instant>,
 }
@@ -143,29 +147,39 @@ pub(super) fn run_queue(
     status: &QueueStatus,
     shared: &Arc<SessionLink>,
 ) -> Result<(), QueueError> {
-    init_ring(dev).map_err(QueueError::ublk("setting up the queue's io_uring"))?;
-    let q = UblkQueue::new(qid, dev).map_err(QueueError::ublk("creating the queue"))?;
-    let depth = q.get_depth() as u16;
     let flags = dev.dev_info.flags;
     let pool = flags & u64::from(sys::UBLK_F_NEED_GET_DATA) != 0;
     let max_io = dev.dev_info.max_io_buf_bytes;
+    let depth = dev.dev_info.queue_depth;
     let bufs = if pool {
         TagBufs::pooled(depth, max_io)
     } else {
         TagBufs::budgeted(depth, max_io)
     };
+    let spec = QueueSpec {
+        fd: dev.tgt.fds[0],
+        qid,
+        depth,
+        flags,
+    };
+    let ring = Ring::new(u32::from(dev.tgt.sq_depth), u32::from(dev.tgt.cq_depth), 1);
     // a channel that starts down (a handover) holds I/O before the first command can arrive; it
     // logs in from the loop, once the ring has taken the FETCH commands
-    let mut path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
+    let started = ring.map_err(QueueError::from).and_then(|ring| {
+        let path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
+        let io = fetch_all(ring, &spec, path.bufs())?;
+        Ok((io, path))
+    });
+    // the device starts once every queue has its FETCH commands out; a queue that cannot start
+    // says so too, or the start would wait for it forever (libublk's only public way to fail the
+    // wait is its mlock flag: the start then fails with EPERM, after this queue's error)
+    dev.notify_buffer_registration_complete(started.is_err());
+    let (io, mut path) = started?;
     path.join(shared.clone(), qid);
     let mut pending = Pending::new(depth, max_io);
-    let q = q
-        .submit_fetch_commands_unified(BufDescList::Slices(Some(path.bufs().fetch_bufs())))
-        .map_err(QueueError::ublk("submitting FETCH commands"))?;
-    let get_data_op = pool.then(|| need_get_data_op(flags));
     let mut qu = Queue {
         qid,
-        q: &q,
+        io,
         geo,
         shared,
         status,
@@ -176,14 +190,25 @@ pub(super) fn run_queue(
         cm_poll: false,
         wake_poll: false,
         tick_poll: false,
-        tick_ts: Duration::ZERO.into(),
-        get_data_op,
+        pool,
         idle_since: None,
     };
     qu.serve(&mut path, &mut pending, waiting);
-    path.close(&mut |d, b| commit(&q, b, &mut pending, d));
+    let io = &mut qu.io;
+    path.close(&mut |d, b| commit(io, b, &mut pending, d));
     status.publish(&path, &pending.io);
     Ok(())
+}
+
+/// Serves device queue `spec` on `ring` and sends a FETCH for each tag: with tag buffers, each
+/// names its tag's buffer for the kernel to copy a write's data into; with a pool, nothing (a
+/// write names its span with NEED_GET_DATA).
+fn fetch_all(mut ring: Ring, spec: &QueueSpec, bufs: &TagBufs) -> Result<UblkIo, UblkIoError> {
+    let dev = ring.add_queue(spec, bufs.copies_lent())?;
+    for tag in 0..spec.depth {
+        ring.fetch(dev, tag, bufs.tag_span(tag))?;
+    }
+    Ok(UblkIo { ring, dev })
 }
 
 impl Queue<'_> {
@@ -209,7 +234,7 @@ impl Queue<'_> {
             if to_wait == 1 && (self.prepare_sleep(path, pending) || path.commits_hold_waiters()) {
                 to_wait = 0;
             }
-            let (cq, cm, r) = self.reap(path, pending, to_wait, up, loops);
+            let (cq, cm, stop) = self.reap(path, pending, to_wait, up, loops);
             // a poll that fired is spent; what it reports goes to the path
             self.cq_poll &= !cq;
             self.cm_poll &= !cm;
@@ -218,8 +243,8 @@ impl Queue<'_> {
             if !self.wake_poll {
                 self.shared.ack_wake(self.qid);
             }
-            let (n, event) =
-                path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
+            let io = &mut self.io;
+            let (n, event) = path.service(Instant::now(), &mut |d, b| commit(io, b, pending, d));
             self.resubmit(path, pending);
             self.follow_login(path);
             self.get_granted(path);
@@ -237,11 +262,11 @@ impl Queue<'_> {
             if let Some(event) = event {
                 self.on_event(event);
             }
-            if !path.is_up() && r.is_ok() {
-                std::thread::sleep(DOWN_TICK);
-            }
-            if r.is_err() {
+            if stop {
                 return;
+            }
+            if !path.is_up() {
+                std::thread::sleep(DOWN_TICK);
             }
         }
     }
@@ -267,7 +292,7 @@ impl Queue<'_> {
                 ..self.geo
             };
             if let Err(errno) = path.submit(tag, op, off, len, &geo) {
-                fail_now(self.q, path, pending, tag, errno);
+                fail_now(&mut self.io, path, pending, tag, errno);
             }
         }
     }
@@ -276,10 +301,12 @@ impl Queue<'_> {
     fn keep_polls(&mut self, path: &mut Path<Relogin>) {
         if !self.wake_poll {
             let fd = self.shared.wake_fd(self.qid);
-            self.wake_poll = submit_poll(self.q, fd, OP_POLL_WAKE, 0);
+            self.io.ring.poll_add(fd, OP_POLL_WAKE, 0);
+            self.wake_poll = true;
         }
         if let (false, Some(fd)) = (self.cm_poll, path.cm_fd()) {
-            self.cm_poll = submit_poll(self.q, fd, OP_POLL_CM, path.gen());
+            self.io.ring.poll_add(fd, OP_POLL_CM, path.gen());
+            self.cm_poll = true;
         }
     }
 
@@ -302,11 +329,11 @@ impl Queue<'_> {
 
     /// Asks the kernel for the data of the pool writes that got their span since the last look.
     fn get_granted(&mut self, path: &mut Path<Relogin>) {
-        let Some(op) = self.get_data_op else {
+        if !self.pool {
             return;
-        };
+        }
         for (tag, addr) in path.granted() {
-            submit_get_data(self.q, op, tag, addr);
+            self.io.get_data(tag, addr);
         }
     }
 
@@ -318,7 +345,7 @@ impl Queue<'_> {
         }
         for (armed, op) in [(self.cq_poll, OP_POLL_CQ), (self.cm_poll, OP_POLL_CM)] {
             if armed {
-                cancel_poll(self.q, op, self.armed_gen);
+                self.io.ring.cancel(op, self.armed_gen, OP_CANCEL);
             }
         }
         (self.cq_poll, self.cm_poll) = (false, false);
@@ -336,23 +363,21 @@ impl Queue<'_> {
         if idle_left.is_none() && (!self.cq_poll || path.wants_send_completions()) {
             let sleep = path.sleep(true);
             if let (false, Some(fd)) = (self.cq_poll, sleep.cq) {
-                self.cq_poll = submit_poll(self.q, fd, OP_POLL_CQ, sleep.gen);
+                self.io.ring.poll_add(fd, OP_POLL_CQ, sleep.gen);
+                self.cq_poll = true;
             }
         }
         // a completion may have landed before the arm took effect (what else `service` reports
         // the loop sees on its next pass)
-        let (n, _) = path.service(Instant::now(), &mut |d, b| commit(self.q, b, pending, d));
+        let io = &mut self.io;
+        let (n, _) = path.service(Instant::now(), &mut |d, b| commit(io, b, pending, d));
         self.resubmit(path, pending);
         self.follow_login(path);
         self.get_granted(path);
         if let (false, Some(t)) = (self.tick_poll, path.next_tick_in().or(idle_left)) {
-            self.tick_ts = t
-                .clamp(Duration::from_millis(1), Duration::from_secs(1))
-                .into();
-            let sqe = io_uring::opcode::Timeout::new(&self.tick_ts)
-                .build()
-                .user_data(UblkIOCtx::build_user_data(0, OP_TICK, 0, true));
-            self.tick_poll = self.q.ublk_submit_sqe_sync(sqe).is_ok();
+            let t = t.clamp(Duration::from_millis(1), Duration::from_secs(1));
+            self.io.ring.timeout(t, OP_TICK);
+            self.tick_poll = true;
         }
         n > 0
     }
@@ -371,7 +396,8 @@ impl Queue<'_> {
     }
 
     /// Submits and reaps the ring (waiting for `to_wait` completions): starts every new ublk
-    /// command, notes which polls fired. Returns (CQ poll fired, CM poll fired, the ring's result).
+    /// command, notes which polls fired. Returns (CQ poll fired, CM poll fired, the queue stops:
+    /// the device stopped, or its ring failed).
     fn reap(
         &mut self,
         path: &mut Path<Relogin>,
@@ -379,163 +405,109 @@ impl Queue<'_> {
         to_wait: usize,
         up: bool,
         loops: u32,
-    ) -> (bool, bool, Result<i32, libublk::UblkError>) {
-        let (mut cq_fired, mut cm_fired) = (false, false);
-        // commands arriving after a sleep are stamped with the time they arrive
-        let mut clock_set = false;
+    ) -> (bool, bool, bool) {
+        let mut fired = (false, false);
         // a spin with nothing to submit, reap or run in the kernel skips io_uring_enter
-        if to_wait == 0 && up && loops % ENTER_EVERY != 0 && !ring_needs_enter() {
-            return (false, false, Ok(0));
+        if to_wait == 0 && up && loops % ENTER_EVERY != 0 && !self.io.ring.needs_enter() {
+            return (false, false, false);
         }
-        let q = self.q;
-        let gen = self.armed_gen;
-        let (shared, geo, get_data_op) = (self.shared, self.geo, self.get_data_op);
-        let (tick_poll, wake_poll) = (&mut self.tick_poll, &mut self.wake_poll);
         let mut to_wait = to_wait;
         loop {
-            // writes whose data the kernel copies in on this enter, when this pass asked for it
-            let mut get_data = false;
-            let r = q.flush_and_wake_io_tasks(
-                |data, cqe, _last| {
-                    let tag = UblkIOCtx::user_data_to_tag(data) as u16;
-                    match Cqe::of(data, cqe.result()) {
-                        Cqe::Command => {
-                            if !clock_set {
-                                path.set_clock(clock_ms());
-                                clock_set = true;
-                            }
-                            // the bound as it is now: a resize may have moved it while the
-                            // queue slept
-                            let geo = Geometry {
-                                blocks: shared.blocks.load(Relaxed),
-                                ..geo
-                            };
-                            start_io(q, path, pending, geo, tag);
-                        }
-                        Cqe::NeedsData => {
-                            if let Some(op) = get_data_op {
-                                get_data |= need_get_data(q, path, pending, op, tag);
-                            }
-                        }
-                        // a poll armed on an earlier login's fds means nothing now
-                        Cqe::Target(op) => match op {
-                            OP_POLL_CQ if tag == gen => cq_fired = true,
-                            OP_POLL_CM if tag == gen => cm_fired = true,
-                            OP_TICK => *tick_poll = false,
-                            OP_POLL_WAKE => *wake_poll = false,
-                            _ => {}
-                        },
-                        Cqe::Other => {}
-                    }
-                },
-                to_wait,
-            );
+            if self.io.ring.is_done(self.io.dev) {
+                return (fired.0, fired.1, true);
+            }
+            if let Err(e) = self.io.ring.enter(to_wait) {
+                tracing::error!("queue {}: {}", self.qid, crate::Chain(&e));
+                return (fired.0, fired.1, true);
+            }
+            // writes whose data the kernel copies in on the next enter
+            let get_data = self.take_cqes(path, pending, &mut fired);
             // what was committed before this enter went to the kernel with it (and the kernel
             // copied the reads' data out as it took each COMMIT)
-            if r.is_ok() && path.commits_pending() && sq_drained() {
-                path.committed(&mut |d, b| commit(q, b, pending, d));
+            if path.commits_pending() && self.io.ring.sq_drained() {
+                let io = &mut self.io;
+                path.committed(&mut |d, b| commit(io, b, pending, d));
             }
-            if !get_data || r.is_err() {
-                return (cq_fired, cm_fired, r);
+            if !get_data {
+                return (fired.0, fired.1, false);
             }
             to_wait = 0;
         }
     }
-}
 
-/// What a CQE of the queue's ring says.
-enum Cqe {
-    /// A ublk command to start (with a pool, a write's comes back from NEED_GET_DATA with its
-    /// data in its span).
-    Command,
-    /// A pool write without its data: it needs a span and a NEED_GET_DATA.
-    NeedsData,
-    /// One of the loop's own operations (`OP_*`).
-    Target(u32),
-    /// Nothing to act on (an abort: the device stops).
-    Other,
-}
-
-impl Cqe {
-    fn of(data: u64, res: i32) -> Cqe {
-        let ok = res == sys::UBLK_IO_RES_OK as i32;
-        if data & UblkUringData::Target as u64 == 0 {
-            return match res {
-                _ if ok => Cqe::Command,
-                r if r == sys::UBLK_IO_RES_NEED_GET_DATA as i32 => Cqe::NeedsData,
-                _ => Cqe::Other,
-            };
+    /// Acts on every completion the ring has: new ublk commands start, writes without their
+    /// data ask for it, the polls that fired are noted in `fired` (CQ, CM). Returns whether a
+    /// NEED_GET_DATA was queued.
+    fn take_cqes(
+        &mut self,
+        path: &mut Path<Relogin>,
+        pending: &mut Pending,
+        fired: &mut (bool, bool),
+    ) -> bool {
+        // commands arriving after a sleep are stamped with the time they arrive
+        let mut clock_set = false;
+        let mut get_data = false;
+        let gen = self.armed_gen;
+        while let Some(cqe) = self.io.ring.reap() {
+            match cqe {
+                Cqe::Request { tag, .. } => {
+                    if !clock_set {
+                        path.set_clock(clock_ms());
+                        clock_set = true;
+                    }
+                    // the bound as it is now: a resize may have moved it while the queue slept
+                    let geo = Geometry {
+                        blocks: self.shared.blocks.load(Relaxed),
+                        ..self.geo
+                    };
+                    start_io(&mut self.io, path, pending, geo, tag);
+                }
+                Cqe::NeedsData { tag, .. } if self.pool => {
+                    get_data |= need_get_data(&mut self.io, path, pending, tag);
+                }
+                Cqe::NeedsData { .. } => {}
+                Cqe::Ended { tag, res, .. } if res != sys::UBLK_IO_RES_ABORT => {
+                    tracing::warn!(
+                        "queue {}: ublk refused tag {tag}'s command: {res}",
+                        self.qid
+                    );
+                }
+                // the device stops
+                Cqe::Ended { .. } => {}
+                // a poll armed on an earlier login's fds means nothing now
+                Cqe::Own { op, arg, .. } => match op {
+                    OP_POLL_CQ if arg == gen => fired.0 = true,
+                    OP_POLL_CM if arg == gen => fired.1 = true,
+                    OP_TICK => self.tick_poll = false,
+                    OP_POLL_WAKE => self.wake_poll = false,
+                    _ => {}
+                },
+            }
         }
-        match UblkIOCtx::user_data_to_op(data) {
-            OP_GET_DATA if ok => Cqe::Command,
-            OP_GET_DATA => Cqe::Other,
-            op => Cqe::Target(op),
+        get_data
+    }
+}
+
+impl UblkIo {
+    /// NEED_GET_DATA for pool write `tag`, whose span starts at `addr`.
+    fn get_data(&mut self, tag: u16, addr: u64) {
+        let len = self.ring.iod(self.dev, tag).map_or(0, |iod| iod.len());
+        if let Err(e) = self.ring.get_data(self.dev, tag, (addr, len)) {
+            tracing::error!("{}", crate::Chain(&e));
+        }
+    }
+
+    /// Completes `tag`'s request with `res`; a read's data is at `data`.
+    fn commit(&mut self, tag: u16, res: i32, data: Option<(u64, u32)>) {
+        if let Err(e) = self.ring.commit(self.dev, tag, res, data) {
+            tracing::error!("{}", crate::Chain(&e));
         }
     }
 }
 
-/// Sets up this thread's io_uring before libublk would (same sizes, cooperative task running) and
-/// adds IORING_SETUP_TASKRUN_FLAG. With cooperative task running, ublk's new I/O commands and the
-/// PollAdd completions become visible only after the thread enters the kernel; the flag says when such
-/// work is waiting, so a queue spinning on its RDMA CQ needs no syscall per spin.
-fn init_ring(dev: &UblkDev) -> Result<(), libublk::UblkError> {
-    let (sq, cq) = (u32::from(dev.tgt.sq_depth), u32::from(dev.tgt.cq_depth));
-    libublk::io::ublk_init_task_ring(|cell| {
-        if cell.get().is_none() {
-            let ring = io_uring::IoUring::builder()
-                .setup_cqsize(cq)
-                .setup_coop_taskrun()
-                .setup_taskrun_flag()
-                .build(sq)
-                .map_err(libublk::UblkError::IOError)?;
-            cell.set(std::cell::RefCell::new(ring))
-                .map_err(|_| libublk::UblkError::OtherError(-libc::EEXIST))?;
-        }
-        Ok(())
-    })
-}
-
-/// Whether the ring has SQEs to submit, CQEs to reap or task work the kernel runs on the next enter.
-fn ring_needs_enter() -> bool {
-    libublk::io::with_task_io_ring_mut(|r| {
-        let mut sq = r.submission();
-        sq.sync();
-        if !sq.is_empty() || sq.taskrun() || sq.cq_overflow() {
-            return true;
-        }
-        drop(sq);
-        !r.completion().is_empty()
-    })
-}
-
-/// Whether the kernel took every SQE pushed so far.
-fn sq_drained() -> bool {
-    libublk::io::with_task_io_ring_mut(|r| {
-        let mut sq = r.submission();
-        sq.sync();
-        sq.is_empty()
-    })
-}
-
-/// A PollAdd on `fd`; its user data carries the endpoint generation in the tag field.
-fn submit_poll(q: &UblkQueue, fd: i32, op: u32, gen: u16) -> bool {
-    let sqe = io_uring::opcode::PollAdd::new(io_uring::types::Fd(fd), libc::POLLIN as u32)
-        .build()
-        .user_data(UblkIOCtx::build_user_data(gen, op, 0, true));
-    q.ublk_submit_sqe_sync(sqe).is_ok()
-}
-
-/// Cancels the PollAdd `op` of generation `gen` (its fd is about to close).
-fn cancel_poll(q: &UblkQueue, op: u32, gen: u16) {
-    let sqe = io_uring::opcode::AsyncCancel::new(UblkIOCtx::build_user_data(gen, op, 0, true))
-        .build()
-        .user_data(UblkIOCtx::build_user_data(gen, OP_CANCEL, 0, true));
-    let _ = q.ublk_submit_sqe_sync(sqe);
-}
-
 /// Completes a finished command to ublk: a read's or write's byte count, or its errno. A
 /// WRITE_ZEROES with more to do goes to [`Pending::again`] instead.
-fn commit(q: &UblkQueue, bufs: &TagBufs, pending: &mut Pending, mut d: Done) {
+fn commit(io: &mut UblkIo, bufs: &TagBufs, pending: &mut Pending, mut d: Done) {
     let tag = d.tag;
     if let Some(z) = pending.tags[usize::from(tag)].zero.as_mut() {
         match z.finished(&d.outcome) {
@@ -557,90 +529,59 @@ fn commit(q: &UblkQueue, bufs: &TagBufs, pending: &mut Pending, mut d: Done) {
     };
     let us = t.started.elapsed().as_micros() as u64;
     pending.io.record(t.kind, t.len, res >= 0, us);
-    let _ = q.complete_io_cmd_unified(
-        tag,
-        commit_buf(bufs, tag, t.kind),
-        Ok(UblkIORes::Result(res)),
-    );
+    io.commit(tag, res, commit_span(bufs, tag, t.kind, res));
 }
 
-/// What a COMMIT names as tag `tag`'s data: the tag's buffer; with a pool, a read's span (the
-/// kernel copies the data out of it as the COMMIT is submitted) and nothing for the others.
-fn commit_buf(bufs: &TagBufs, tag: u16, kind: IoKind) -> BufDesc<'_> {
+/// What a COMMIT names as tag `tag`'s data: the tag's buffer (the next request's data goes there
+/// too); with a pool, a read's span (the kernel copies the `res` bytes read out of it as it takes
+/// the COMMIT, and none of a failed read's) and nothing for the others.
+fn commit_span(bufs: &TagBufs, tag: u16, kind: IoKind, res: i32) -> Option<(u64, u32)> {
     if !bufs.is_pool() {
-        let b = bufs.ios().get(usize::from(tag));
-        return BufDesc::Slice(b.map_or(&[], |b| b.as_slice()));
+        return bufs.tag_span(tag);
     }
     match kind {
-        IoKind::Read => BufDesc::RawAddress(bufs.commit_addr(tag) as *const u8),
-        _ => BufDesc::Slice(&[]),
+        IoKind::Read => Some((bufs.commit_addr(tag), res.max(0) as u32)),
+        _ => None,
     }
 }
 
 /// A pool write arrived without its data (NEED_GET_DATA): reserves its span and asks the kernel
 /// to copy the data there, or leaves it waiting for room. Returns whether it asked.
 fn need_get_data(
-    q: &UblkQueue,
+    io: &mut UblkIo,
     path: &mut Path<Relogin>,
     pending: &mut Pending,
-    op: u32,
     tag: u16,
 ) -> bool {
-    let len = q.get_iod(tag).nr_sectors << 9;
+    let len = io.ring.iod(io.dev, tag).map_or(0, |iod| iod.len());
     match path.reserve(tag, len) {
         Ok(Some(addr)) => {
-            submit_get_data(q, op, tag, addr);
+            io.get_data(tag, addr);
             true
         }
         Ok(None) => false,
         // larger than the pool, which holds the device's largest I/O: not from this kernel
         Err(errno) => {
             pending.io.record(IoKind::Write, len, false, 0);
-            let _ =
-                q.complete_io_cmd_unified(tag, BufDesc::Slice(&[]), Ok(UblkIORes::Result(-errno)));
+            io.commit(tag, -errno, None);
             false
         }
     }
 }
 
-/// NEED_GET_DATA's opcode as the device's queues encode their commands (as an ioctl number, or
-/// the legacy plain number).
-fn need_get_data_op(flags: u64) -> u32 {
-    if flags & u64::from(sys::UBLK_F_CMD_IOCTL_ENCODE) != 0 {
-        sys::UBLK_U_IO_NEED_GET_DATA
-    } else {
-        sys::UBLK_U_IO_NEED_GET_DATA & 0xff
-    }
-}
-
-/// A NEED_GET_DATA command for tag `tag`: the kernel copies the write's data to `addr` and hands
-/// the command over (user data [`OP_GET_DATA`]).
-fn submit_get_data(q: &UblkQueue, op: u32, tag: u16, addr: u64) {
-    // struct ublksrv_io_cmd: q_id, tag, result, addr
-    let mut cmd = [0u8; 16];
-    cmd[0..2].copy_from_slice(&q.get_qid().to_ne_bytes());
-    cmd[2..4].copy_from_slice(&tag.to_ne_bytes());
-    cmd[8..16].copy_from_slice(&addr.to_ne_bytes());
-    let sqe = io_uring::opcode::UringCmd16::new(io_uring::types::Fixed(0), op)
-        .cmd(cmd)
-        .build()
-        .user_data(UblkIOCtx::build_user_data(tag, OP_GET_DATA, 0, true));
-    let _ = q.ublk_submit_sqe_sync(sqe);
-}
-
 /// Starts ublk command `tag` on the path, or completes it at once with its error.
 fn start_io(
-    q: &UblkQueue,
+    io: &mut UblkIo,
     path: &mut Path<Relogin>,
     pending: &mut Pending,
     geo: Geometry,
     tag: u16,
 ) {
-    let iod = q.get_iod(tag);
-    let op = iod.op_flags & 0xff;
-    let flags = iod.op_flags;
-    let off = iod.start_sector << 9;
-    let len = iod.nr_sectors << 9;
+    let Some(iod) = io.ring.iod(io.dev, tag) else {
+        return;
+    };
+    let (op, flags) = (iod.op(), iod.op_flags);
+    let (off, len) = (iod.offset(), iod.len());
     let block_op = match op {
         sys::UBLK_IO_OP_READ => Some(BlockOp::Read),
         sys::UBLK_IO_OP_WRITE => Some(BlockOp::Write {
@@ -682,17 +623,13 @@ fn start_io(
         }
     };
     if let Err(errno) = result {
-        fail_now(q, path, pending, tag, errno);
+        fail_now(io, path, pending, tag, errno);
     }
 }
 
 /// Completes ublk command `tag` at once with `errno` (nothing of it is out on the path).
-fn fail_now(q: &UblkQueue, path: &Path<Relogin>, pending: &mut Pending, tag: u16, errno: i32) {
+fn fail_now(io: &mut UblkIo, path: &Path<Relogin>, pending: &mut Pending, tag: u16, errno: i32) {
     let t = pending.tags[usize::from(tag)];
     pending.io.record(t.kind, t.len, false, 0);
-    let _ = q.complete_io_cmd_unified(
-        tag,
-        commit_buf(path.bufs(), tag, t.kind),
-        Ok(UblkIORes::Result(-errno)),
-    );
+    io.commit(tag, -errno, commit_span(path.bufs(), tag, t.kind, -errno));
 }

@@ -598,10 +598,7 @@ impl<C: Connect> Worker<C> {
             };
             let mut errno = d.outcome.errno;
             if errno == 0 && !f.copy_out.is_empty() {
-                let src = bufs
-                    .ios()
-                    .get(usize::from(d.tag))
-                    .map_or(&[][..], |b| b.as_slice());
+                let src = bufs.tag_data(d.tag);
                 let mut at = 0usize;
                 for r in &f.copy_out {
                     let n = r.len as usize;
