@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 mod capacity;
 mod demo;
 mod queue;
+mod slots;
 mod zeroing;
 
 use capacity::CapacityWatch;
@@ -407,8 +408,7 @@ fn serve_srp(
         waiting: waiting(opts.poll, nr_queues),
         shared,
     });
-    let q_fn = move |qid: u16, dev: &UblkDev| start.run(qid, dev);
-    let res = ctrl.run_target(tgt_init, q_fn, move |c| {
+    let res = run_device(&ctrl, tgt_init, &start, move |c| {
         // once every queue thread runs and before anyone sees the device
         pin_queues(c, &status2, &cpus);
         let info = LiveInfo {
@@ -419,10 +419,75 @@ fn serve_srp(
     });
     stop.store(true, Relaxed);
     let _ = ctrl.del_dev();
-    res.map(|_| ()).map_err(|source| UblkFrontError::Ublk {
-        what: "running the ublk device",
-        source,
-    })
+    res
+}
+
+/// Runs the device `ctrl` made on queue threads of srp-ublk's own (what libublk's `run_target`
+/// does with its threads; owning them is what lets one thread serve queue q of several devices):
+/// starts the device once every queue has its FETCH commands out, calls `on_live`, and returns
+/// when every queue thread has ended (the device stopped).
+fn run_device(
+    ctrl: &UblkCtrl,
+    tgt_init: impl FnOnce(&mut UblkDev) -> Result<(), libublk::UblkError>,
+    start: &Arc<QueueStart>,
+    on_live: impl FnOnce(&UblkCtrl),
+) -> Result<(), UblkFrontError> {
+    let ublk = |what| move |source| UblkFrontError::Ublk { what, source };
+    let dev = Arc::new(
+        UblkDev::new(ctrl.get_name(), tgt_init, ctrl)
+            .map_err(ublk("setting up the ublk device"))?,
+    );
+    let threads = spawn_queues(ctrl, &dev, start)?;
+    // on a failed start the threads stay out, waiting for requests: the daemon exits on the
+    // error, and its exit ends them
+    ctrl.start_dev(&dev)
+        .map_err(ublk("starting the ublk device"))?;
+    on_live(ctrl);
+    for (qid, t) in threads.into_iter().enumerate() {
+        if t.join().is_err() {
+            tracing::error!("queue {qid}: its thread panicked");
+        }
+    }
+    // the device may have been deleted from elsewhere already
+    let _ = ctrl.stop_dev();
+    Ok(())
+}
+
+/// One thread per queue of `dev`, each serving its queue with `start`: the thread marks itself
+/// an I/O flusher (its writes are the ones that free memory) and reports its tid, which libublk
+/// records in the device's JSON and pins by the device's queue affinity.
+fn spawn_queues(
+    ctrl: &UblkCtrl,
+    dev: &Arc<UblkDev>,
+    start: &Arc<QueueStart>,
+) -> Result<Vec<std::thread::JoinHandle<()>>, UblkFrontError> {
+    let nr = dev.dev_info.nr_hw_queues;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut threads = Vec::with_capacity(usize::from(nr));
+    for qid in 0..nr {
+        let (dev, start, tx) = (dev.clone(), start.clone(), tx.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("srp-ublk-q{qid}"))
+            .spawn(move || {
+                let tid = UblkCtrl::init_queue_thread();
+                if tx.send((qid, tid)).is_ok() {
+                    start.run(qid, &dev);
+                }
+            })
+            .map_err(|source| UblkFrontError::Setup {
+                what: "starting a queue thread",
+                source,
+            })?;
+        threads.push(thread);
+    }
+    drop(tx);
+    for (qid, tid) in rx.iter().take(usize::from(nr)) {
+        ctrl.set_thread_affinity(qid, tid);
+        if let Err(e) = ctrl.configure_queue(dev, qid, tid) {
+            tracing::warn!("queue {qid}: recording its thread in the device's JSON: {e}");
+        }
+    }
+    Ok(threads)
 }
 
 /// What each queue thread starts from: its channel (taken once), its status slot, and what every

@@ -13,6 +13,19 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dev(u16);
 
+impl Dev {
+    /// Its index on the ring: 0 up to the number of devices the ring was made for.
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+
+    /// The device of index `i`, for tests of what keys on devices.
+    #[cfg(test)]
+    pub(crate) fn from_index(i: u16) -> Dev {
+        Dev(i)
+    }
+}
+
 /// The device queue a ring serves: its char device, queue index and depth, and the device's
 /// flags (`dev_info.flags`: how its commands are encoded).
 #[derive(Clone, Copy, Debug)]

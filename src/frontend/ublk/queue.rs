@@ -1,5 +1,6 @@
 //! A ublk queue's thread: its io_uring loop over the queue's [`Path`].
 
+use super::slots::{SlotMap, SlotsFull};
 use super::zeroing::Zeroing;
 use super::{OnRemoved, QueueStatus, Waiting};
 use crate::channel::block::{BlockOp, Geometry};
@@ -10,7 +11,7 @@ use crate::session::rport::Rport;
 use crate::session::Relogin;
 use crate::session::SrpChannel;
 use crate::stats::{IoCounters, IoKind};
-use crate::ublk::{Cqe, Dev, QueueSpec, Ring, UblkIoError};
+use crate::ublk::{Cqe, Iod, QueueSpec, Ring, UblkIoError};
 use libublk::io::UblkDev;
 use libublk::sys;
 use std::sync::atomic::Ordering::Relaxed;
@@ -57,6 +58,9 @@ pub(super) enum QueueError {
     /// The queue's ublk ring could not be set up.
     #[error("setting up the queue's ublk I/O")]
     Io(#[from] UblkIoError),
+    /// The queue's path has no tags left for the device's.
+    #[error("giving the device's tags their place on the queue's path")]
+    Slots(#[from] SlotsFull),
 }
 
 impl QueueError {
@@ -66,12 +70,12 @@ impl QueueError {
     }
 }
 
-/// What each tag's command is, and the queue's counters (kept here, published by
+/// What each slot's command is, and the queue's counters (kept here, published by
 /// [`QueueStatus::publish`]).
 struct Pending {
-    tags: Vec<TagIo>,
+    slots: Vec<SlotIo>,
     io: IoCounters,
-    /// Tags whose WRITE_ZEROES has another command to send ([`Queue::resubmit`]).
+    /// Slots whose WRITE_ZEROES has another command to send ([`Queue::resubmit`]).
     again: Vec<u16>,
     /// The device's largest I/O: a zero write's most.
     max_io: u32,
@@ -79,7 +83,7 @@ struct Pending {
 
 impl Pending {
     fn new(depth: u16, max_io: u32) -> Pending {
-        let idle = TagIo {
+        let idle = SlotIo {
             len: 0,
             rw: false,
             kind: IoKind::Other,
@@ -87,7 +91,7 @@ impl Pending {
             zero: None,
         };
         Pending {
-            tags: vec![idle; usize::from(depth)],
+            slots: vec![idle; usize::from(depth)],
             io: IoCounters::default(),
             again: Vec::new(),
             max_io,
@@ -95,10 +99,10 @@ impl Pending {
     }
 }
 
-/// A tag's command: its length, whether its result is a byte count, its kind and when it came,
+/// A slot's command: its length, whether its result is a byte count, its kind and when it came,
 /// and for a WRITE_ZEROES, how far it got.
 #[derive(Clone, Copy)]
-struct TagIo {
+struct SlotIo {
     len: u32,
     rw: bool,
     kind: IoKind,
@@ -106,10 +110,11 @@ struct TagIo {
     zero: Option<Zeroing>,
 }
 
-/// The queue's ublk ring and the device queue it serves on it.
+/// The queue's ublk ring and the device queues it serves on it, each with its range of the
+/// path's tags (slots): the loop speaks slots, this maps them to each device's ublk tags.
 struct UblkIo {
     ring: Ring,
-    dev: Dev,
+    slots: SlotMap,
 }
 
 /// What a queue does besides its path: the device it belongs to and the polls it has armed on
@@ -176,7 +181,7 @@ pub(super) fn run_queue(
     dev.notify_buffer_registration_complete(started.is_err());
     let (io, mut path) = started?;
     path.join(shared.clone(), qid);
-    let mut pending = Pending::new(depth, max_io);
+    let mut pending = Pending::new(io.slots.len(), max_io);
     let mut qu = Queue {
         qid,
         io,
@@ -201,14 +206,16 @@ pub(super) fn run_queue(
 }
 
 /// Serves device queue `spec` on `ring` and sends a FETCH for each tag: with tag buffers, each
-/// names its tag's buffer for the kernel to copy a write's data into; with a pool, nothing (a
+/// names its slot's buffer for the kernel to copy a write's data into; with a pool, nothing (a
 /// write names its span with NEED_GET_DATA).
-fn fetch_all(mut ring: Ring, spec: &QueueSpec, bufs: &TagBufs) -> Result<UblkIo, UblkIoError> {
+fn fetch_all(mut ring: Ring, spec: &QueueSpec, bufs: &TagBufs) -> Result<UblkIo, QueueError> {
     let dev = ring.add_queue(spec, bufs.copies_lent())?;
+    let mut slots = SlotMap::default();
+    let base = slots.add(dev, spec.depth)?;
     for tag in 0..spec.depth {
-        ring.fetch(dev, tag, bufs.tag_span(tag))?;
+        ring.fetch(dev, tag, bufs.tag_span(base + tag))?;
     }
-    Ok(UblkIo { ring, dev })
+    Ok(UblkIo { ring, slots })
 }
 
 impl Queue<'_> {
@@ -274,8 +281,8 @@ impl Queue<'_> {
     /// Sends the next command of each WRITE_ZEROES that has one. The first refused WRITE SAME
     /// turns the queue's later ones into zero writes from the start.
     fn resubmit(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) {
-        while let Some(tag) = pending.again.pop() {
-            let Some(z) = pending.tags[usize::from(tag)].zero.as_mut() else {
+        while let Some(slot) = pending.again.pop() {
+            let Some(z) = pending.slots[usize::from(slot)].zero.as_mut() else {
                 continue;
             };
             if z.by_write() && self.geo.write_same {
@@ -291,8 +298,8 @@ impl Queue<'_> {
                 blocks: self.shared.blocks.load(Relaxed),
                 ..self.geo
             };
-            if let Err(errno) = path.submit(tag, op, off, len, &geo) {
-                fail_now(&mut self.io, path, pending, tag, errno);
+            if let Err(errno) = path.submit(slot, op, off, len, &geo) {
+                fail_now(&mut self.io, path, pending, slot, errno);
             }
         }
     }
@@ -332,8 +339,8 @@ impl Queue<'_> {
         if !self.pool {
             return;
         }
-        for (tag, addr) in path.granted() {
-            self.io.get_data(tag, addr);
+        for (slot, addr) in path.granted() {
+            self.io.get_data(slot, addr);
         }
     }
 
@@ -413,7 +420,7 @@ impl Queue<'_> {
         }
         let mut to_wait = to_wait;
         loop {
-            if self.io.ring.is_done(self.io.dev) {
+            if self.io.is_done() {
                 return (fired.0, fired.1, true);
             }
             if let Err(e) = self.io.ring.enter(to_wait) {
@@ -450,7 +457,10 @@ impl Queue<'_> {
         let gen = self.armed_gen;
         while let Some(cqe) = self.io.ring.reap() {
             match cqe {
-                Cqe::Request { tag, .. } => {
+                Cqe::Request { dev, tag } => {
+                    let Some(slot) = self.io.slots.slot(dev, tag) else {
+                        continue;
+                    };
                     if !clock_set {
                         path.set_clock(clock_ms());
                         clock_set = true;
@@ -460,10 +470,12 @@ impl Queue<'_> {
                         blocks: self.shared.blocks.load(Relaxed),
                         ..self.geo
                     };
-                    start_io(&mut self.io, path, pending, geo, tag);
+                    start_io(&mut self.io, path, pending, geo, slot);
                 }
-                Cqe::NeedsData { tag, .. } if self.pool => {
-                    get_data |= need_get_data(&mut self.io, path, pending, tag);
+                Cqe::NeedsData { dev, tag } if self.pool => {
+                    if let Some(slot) = self.io.slots.slot(dev, tag) {
+                        get_data |= need_get_data(&mut self.io, path, pending, slot);
+                    }
                 }
                 Cqe::NeedsData { .. } => {}
                 Cqe::Ended { tag, res, .. } if res != sys::UBLK_IO_RES_ABORT => {
@@ -489,34 +501,53 @@ impl Queue<'_> {
 }
 
 impl UblkIo {
-    /// NEED_GET_DATA for pool write `tag`, whose span starts at `addr`.
-    fn get_data(&mut self, tag: u16, addr: u64) {
-        let len = self.ring.iod(self.dev, tag).map_or(0, |iod| iod.len());
-        if let Err(e) = self.ring.get_data(self.dev, tag, (addr, len)) {
+    /// The request slot `slot` serves, as its device's driver described it.
+    fn iod(&self, slot: u16) -> Option<Iod> {
+        let (dev, tag) = self.slots.tag(slot)?;
+        self.ring.iod(dev, tag)
+    }
+
+    /// NEED_GET_DATA for the pool write in slot `slot`, whose span starts at `addr`.
+    fn get_data(&mut self, slot: u16, addr: u64) {
+        let Some((dev, tag)) = self.slots.tag(slot) else {
+            return;
+        };
+        let len = self.ring.iod(dev, tag).map_or(0, |iod| iod.len());
+        if let Err(e) = self.ring.get_data(dev, tag, (addr, len)) {
             tracing::error!("{}", crate::Chain(&e));
         }
     }
 
-    /// Completes `tag`'s request with `res`; a read's data is at `data`.
-    fn commit(&mut self, tag: u16, res: i32, data: Option<(u64, u32)>) {
-        if let Err(e) = self.ring.commit(self.dev, tag, res, data) {
+    /// Completes the request in slot `slot` with `res`; a read's data is at `data`.
+    fn commit(&mut self, slot: u16, res: i32, data: Option<(u64, u32)>) {
+        let Some((dev, tag)) = self.slots.tag(slot) else {
+            return;
+        };
+        if let Err(e) = self.ring.commit(dev, tag, res, data) {
             tracing::error!("{}", crate::Chain(&e));
         }
+    }
+
+    /// Whether every device the ring serves has stopped and has nothing left in flight.
+    fn is_done(&self) -> bool {
+        self.slots
+            .devices()
+            .all(|(dev, _, _)| self.ring.is_done(dev))
     }
 }
 
 /// Completes a finished command to ublk: a read's or write's byte count, or its errno. A
 /// WRITE_ZEROES with more to do goes to [`Pending::again`] instead.
 fn commit(io: &mut UblkIo, bufs: &TagBufs, pending: &mut Pending, mut d: Done) {
-    let tag = d.tag;
-    if let Some(z) = pending.tags[usize::from(tag)].zero.as_mut() {
+    let slot = d.tag;
+    if let Some(z) = pending.slots[usize::from(slot)].zero.as_mut() {
         match z.finished(&d.outcome) {
-            None => return pending.again.push(tag),
+            None => return pending.again.push(slot),
             Some(0) => {}
-            Some(errno) => d = Done::failed(tag, errno),
+            Some(errno) => d = Done::failed(slot, errno),
         }
     }
-    let t = pending.tags[usize::from(tag)];
+    let t = pending.slots[usize::from(slot)];
     let res = match d.outcome.bytes(t.len) {
         Ok(n) => {
             if t.rw {
@@ -529,18 +560,18 @@ fn commit(io: &mut UblkIo, bufs: &TagBufs, pending: &mut Pending, mut d: Done) {
     };
     let us = t.started.elapsed().as_micros() as u64;
     pending.io.record(t.kind, t.len, res >= 0, us);
-    io.commit(tag, res, commit_span(bufs, tag, t.kind, res));
+    io.commit(slot, res, commit_span(bufs, slot, t.kind, res));
 }
 
-/// What a COMMIT names as tag `tag`'s data: the tag's buffer (the next request's data goes there
+/// What a COMMIT names as slot `slot`'s data: the slot's buffer (the next request's data goes there
 /// too); with a pool, a read's span (the kernel copies the `res` bytes read out of it as it takes
 /// the COMMIT, and none of a failed read's) and nothing for the others.
-fn commit_span(bufs: &TagBufs, tag: u16, kind: IoKind, res: i32) -> Option<(u64, u32)> {
+fn commit_span(bufs: &TagBufs, slot: u16, kind: IoKind, res: i32) -> Option<(u64, u32)> {
     if !bufs.is_pool() {
-        return bufs.tag_span(tag);
+        return bufs.tag_span(slot);
     }
     match kind {
-        IoKind::Read => Some((bufs.commit_addr(tag), res.max(0) as u32)),
+        IoKind::Read => Some((bufs.commit_addr(slot), res.max(0) as u32)),
         _ => None,
     }
 }
@@ -551,33 +582,33 @@ fn need_get_data(
     io: &mut UblkIo,
     path: &mut Path<Relogin>,
     pending: &mut Pending,
-    tag: u16,
+    slot: u16,
 ) -> bool {
-    let len = io.ring.iod(io.dev, tag).map_or(0, |iod| iod.len());
-    match path.reserve(tag, len) {
+    let len = io.iod(slot).map_or(0, |iod| iod.len());
+    match path.reserve(slot, len) {
         Ok(Some(addr)) => {
-            io.get_data(tag, addr);
+            io.get_data(slot, addr);
             true
         }
         Ok(None) => false,
         // larger than the pool, which holds the device's largest I/O: not from this kernel
         Err(errno) => {
             pending.io.record(IoKind::Write, len, false, 0);
-            io.commit(tag, -errno, None);
+            io.commit(slot, -errno, None);
             false
         }
     }
 }
 
-/// Starts ublk command `tag` on the path, or completes it at once with its error.
+/// Starts the ublk command in slot `slot` on the path, or completes it at once with its error.
 fn start_io(
     io: &mut UblkIo,
     path: &mut Path<Relogin>,
     pending: &mut Pending,
     geo: Geometry,
-    tag: u16,
+    slot: u16,
 ) {
-    let Some(iod) = io.ring.iod(io.dev, tag) else {
+    let Some(iod) = io.iod(slot) else {
         return;
     };
     let (op, flags) = (iod.op(), iod.op_flags);
@@ -600,8 +631,8 @@ fn start_io(
         }
         _ => None,
     };
-    let idx = usize::from(tag);
-    pending.tags[idx] = TagIo {
+    let idx = usize::from(slot);
+    pending.slots[idx] = SlotIo {
         len,
         rw: matches!(block_op, Some(BlockOp::Read | BlockOp::Write { .. })),
         kind: match block_op {
@@ -615,21 +646,21 @@ fn start_io(
     let result = match block_op {
         None => Err(libc::EOPNOTSUPP),
         Some(bop) => {
-            let (op, off, len) = match pending.tags[idx].zero.as_mut() {
+            let (op, off, len) = match pending.slots[idx].zero.as_mut() {
                 Some(z) => z.command(pending.max_io),
                 None => (bop, off, len),
             };
-            path.submit(tag, op, off, len, &geo)
+            path.submit(slot, op, off, len, &geo)
         }
     };
     if let Err(errno) = result {
-        fail_now(io, path, pending, tag, errno);
+        fail_now(io, path, pending, slot, errno);
     }
 }
 
-/// Completes ublk command `tag` at once with `errno` (nothing of it is out on the path).
-fn fail_now(io: &mut UblkIo, path: &Path<Relogin>, pending: &mut Pending, tag: u16, errno: i32) {
-    let t = pending.tags[usize::from(tag)];
+/// Completes the ublk command in slot `slot` at once with `errno` (nothing of it is out on the path).
+fn fail_now(io: &mut UblkIo, path: &Path<Relogin>, pending: &mut Pending, slot: u16, errno: i32) {
+    let t = pending.slots[usize::from(slot)];
     pending.io.record(t.kind, t.len, false, 0);
-    io.commit(tag, -errno, commit_span(path.bufs(), tag, t.kind, -errno));
+    io.commit(slot, -errno, commit_span(path.bufs(), slot, t.kind, -errno));
 }

@@ -24,7 +24,7 @@ dump_state() {
     done | grep -v ' I \| S worker_thread\| S kthread\| S smpboot\| S rescuer'
     echo "--- watchdog: srp-ublk threads"
     for t in /proc/[0-9]*/task/[0-9]*; do
-        [ "$(cat $t/comm 2>/dev/null)" = srp-ublk ] || continue
+        case "$(cat $t/comm 2>/dev/null)" in srp-ublk*) ;; *) continue ;; esac
         echo "== $t $(cat $t/wchan) syscall $(cut -d' ' -f1 $t/syscall)"; head -6 $t/stack
     done
     for p in $(pidof srp-ublk); do echo "--- watchdog: srp-ublk $p user stacks"; eu-stack -p "$p" 2>&1 | head -120; done
