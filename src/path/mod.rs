@@ -32,6 +32,7 @@ use crate::channel::{
 use crate::rdma::{Endpoint, TagBufs};
 use crate::session::rport::{LinkState, Rport};
 use crate::session::{Relogin, SessionError, RELOGIN_STEP};
+use crate::wire::srp::ScsiLun;
 use staging::{Plan, Request, Staging, Waiter};
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -272,12 +273,20 @@ impl<C: Connect> Path<C> {
         self.ch.next_tick_in().map(Duration::from_millis)
     }
 
-    /// Queues block operation `op` on tag `tag` (its buffer, or with a pool the span reserved for
-    /// it, holds a write's data; it is posted with the others of this pass by the next
-    /// [`Path::service`]); an error is the errno to complete it with.
+    /// The LUN the path's channel was set up for (`ChannelConfig::lun`): the one its logins'
+    /// probes address, and the LUN of a front end that serves one.
+    pub fn lun(&self) -> ScsiLun {
+        self.ch.config().lun
+    }
+
+    /// Queues block operation `op` on tag `tag` for LUN `lun` of geometry `geo` (its buffer, or
+    /// with a pool the span reserved for it, holds a write's data; it is posted with the others of
+    /// this pass by the next [`Path::service`]); an error is the errno to complete it with. A path
+    /// serves any LUN of its target port: the LUN is the command's, as in each SRP_CMD.
     pub fn submit(
         &mut self,
         tag: u16,
+        lun: ScsiLun,
         op: BlockOp,
         off: u64,
         len: u32,
@@ -288,6 +297,7 @@ impl<C: Connect> Path<C> {
         }
         let r = Request {
             tag,
+            lun,
             op,
             off,
             len,
@@ -302,12 +312,13 @@ impl<C: Connect> Path<C> {
         }
     }
 
-    /// Queues `cdb` on tag `tag` with its data in `segs`, registered memory the front end lent
-    /// ([`Path::lend`]); data-out with `out`. Posted by the next [`Path::service`]; an error is the
-    /// errno to complete it with.
+    /// Queues `cdb` for LUN `lun` on tag `tag` with its data in `segs`, registered memory the
+    /// front end lent ([`Path::lend`]); data-out with `out`. Posted by the next
+    /// [`Path::service`]; an error is the errno to complete it with.
     pub fn submit_segments(
         &mut self,
         tag: u16,
+        lun: ScsiLun,
         cdb: crate::wire::scsi::Cdb,
         out: bool,
         segs: &[DataBuf],
@@ -315,7 +326,6 @@ impl<C: Connect> Path<C> {
         if tag >= self.bufs.depth() {
             return Err(libc::EINVAL);
         }
-        let lun = self.ch.config().lun;
         self.ch
             .submit_segments(tag, lun, cdb, out, segs)
             .map_err(|e| match e {
@@ -388,6 +398,7 @@ impl<C: Connect> Path<C> {
     fn start(&mut self, r: Request) -> Result<(), i32> {
         let Request {
             tag,
+            lun,
             op,
             off,
             len,
@@ -409,7 +420,7 @@ impl<C: Connect> Path<C> {
                 send(
                     &mut self.ch,
                     tag,
-                    (op, off, len, &geo),
+                    (lun, op, off, len, &geo),
                     b,
                     self.bufs.area(at, n),
                 )
@@ -420,7 +431,7 @@ impl<C: Connect> Path<C> {
                 send(
                     &mut self.ch,
                     tag,
-                    (op, off, len, &geo),
+                    (lun, op, off, len, &geo),
                     b,
                     self.bufs.slot(tag),
                 )
@@ -729,7 +740,7 @@ fn finishing<'a>(
 fn send<T: Transport>(
     ch: &mut Channel<T>,
     tag: u16,
-    (op, off, len, geo): (BlockOp, u64, u32, &Geometry),
+    (lun, op, off, len, geo): (ScsiLun, BlockOp, u64, u32, &Geometry),
     buf: Option<DataBuf>,
     scratch: &mut [u8],
 ) -> Result<(), i32> {
@@ -738,7 +749,7 @@ fn send<T: Transport>(
         (None, BlockOp::Flush) => DataBuf::default(),
         (None, _) => return Err(libc::EINVAL),
     };
-    let cmd = to_scsi(ch.config().lun, op, off, len, geo, buf, scratch)?;
+    let cmd = to_scsi(lun, op, off, len, geo, buf, scratch)?;
     ch.submit(tag, cmd).map_err(|_| libc::EIO)
 }
 

@@ -17,12 +17,14 @@
 use crate::channel::block::{BlockOp, Geometry};
 use crate::channel::Done;
 use crate::rdma::TagBufs;
+use crate::wire::srp::ScsiLun;
 use std::collections::VecDeque;
 
 /// A block operation as the front end submitted it (kept as it is while it waits).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Request {
     pub tag: u16,
+    pub lun: ScsiLun,
     pub op: BlockOp,
     pub off: u64,
     pub len: u32,

@@ -9,6 +9,8 @@ use crate::wire::scsi::cdb::op;
 use std::cell::Cell;
 
 const DEPTH: u16 = 8;
+/// The LUN the tests' commands address, unless a test names others.
+const LUN: ScsiLun = ScsiLun([0; 8]);
 const BUF: u32 = 64 * 1024;
 const GEO: Geometry = Geometry {
     block_shift: 9,
@@ -103,7 +105,8 @@ fn service(p: &mut Path<&FakeConnect>, now: Instant) -> (Finished, Option<Event>
 fn write(p: &mut Path<&FakeConnect>, tag: u16, lba: u64, byte: u8, now: Instant) {
     p.buf(tag)[..4096].fill(byte);
     let w = BlockOp::Write { fua: false };
-    p.submit(tag, w, lba * 512, 4096, &GEO).expect("submitted");
+    p.submit(tag, LUN, w, lba * 512, 4096, &GEO)
+        .expect("submitted");
     let (done, _) = service(p, now);
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].1, 0, "the write of tag {tag} failed");
@@ -111,7 +114,7 @@ fn write(p: &mut Path<&FakeConnect>, tag: u16, lba: u64, byte: u8, now: Instant)
 
 fn read(p: &mut Path<&FakeConnect>, tag: u16, lba: u64) {
     p.buf(tag).fill(0);
-    p.submit(tag, BlockOp::Read, lba * 512, 4096, &GEO)
+    p.submit(tag, LUN, BlockOp::Read, lba * 512, 4096, &GEO)
         .expect("submitted");
 }
 
@@ -216,7 +219,7 @@ fn fast_io_fail_fails_held_and_new_commands_and_dev_loss_ends_the_path() {
     );
     assert_eq!(p.state(), LinkState::FailFast);
     // a command that comes now fails at once
-    let r = p.submit(1, BlockOp::Read, 0, 4096, &GEO);
+    let r = p.submit(1, LUN, BlockOp::Read, 0, 4096, &GEO);
     let (done, _) = service(&mut p, s(5.5));
     let failed_now = r.is_err() || done.iter().any(|(t, e, _)| *t == 1 && *e == libc::EIO);
     assert!(
@@ -362,7 +365,29 @@ fn service_big(p: &mut Path<&FakeConnect>, now: Instant) -> Finished {
 }
 
 fn submit_big(p: &mut Path<&FakeConnect>, tag: u16, op: BlockOp, lba: u64) {
-    p.submit(tag, op, lba * 512, BIG, &GEO).expect("submitted");
+    p.submit(tag, LUN, op, lba * 512, BIG, &GEO)
+        .expect("submitted");
+}
+
+#[test]
+fn each_command_names_its_own_lun_also_after_waiting_for_room() {
+    let c = FakeConnect::default();
+    let mut p = staged_path(&c, 1);
+    let (l3, l5) = (ScsiLun::from_int(3), ScsiLun::from_int(5));
+    let w = BlockOp::Write { fua: false };
+    p.submit(0, l3, BlockOp::Read, 0, 4096, &GEO)
+        .expect("submitted");
+    // two writes larger than a tag's head for one staging buffer: the second waits for it
+    p.submit(1, l5, w, 64 * 512, BIG, &GEO).expect("submitted");
+    p.submit(2, l3, w, 128 * 512, BIG, &GEO).expect("submitted");
+    let now = Instant::now();
+    let mut done = Vec::new();
+    for _ in 0..10 {
+        done.extend(service_big(&mut p, now));
+    }
+    assert_eq!(done.len(), 3, "{done:?}");
+    assert!(done.iter().all(|d| d.1 == 0), "{done:?}");
+    assert_eq!(p.ch.transport().luns, vec![l3, l5, l3]);
 }
 
 #[test]
@@ -377,7 +402,8 @@ fn commands_larger_than_the_head_are_staged_and_wait_in_order_for_a_staging_buff
         submit_big(&mut p, tag, w, u64::from(tag) * 64);
     }
     p.buf(3)[..4096].fill(0x77);
-    p.submit(3, w, 300 * 512, 4096, &GEO).expect("submitted");
+    p.submit(3, LUN, w, 300 * 512, 4096, &GEO)
+        .expect("submitted");
     assert_eq!(p.busy(), 4, "the waiting write counts as busy");
     assert_eq!(
         p.buffer_stalls(),
@@ -448,7 +474,7 @@ fn a_command_larger_than_every_buffer_is_refused_not_left_waiting() {
     let c = FakeConnect::default();
     // two staging buffers side by side are still not one buffer of twice the size
     for mut p in [path(&c), staged_path(&c, 1), staged_path(&c, 2)] {
-        let r = p.submit(0, BlockOp::Read, 0, BUF * 2, &GEO);
+        let r = p.submit(0, LUN, BlockOp::Read, 0, BUF * 2, &GEO);
         assert_eq!((r, p.busy()), (Err(libc::EINVAL), 0));
         // the staging buffer it took was given back
         submit_big(&mut p, 1, BlockOp::Read, 0);
@@ -510,7 +536,8 @@ fn pool_commands_take_spans_in_arrival_order_and_reads_keep_theirs_until_committ
     get_data(&mut p, granted[0].1, &pattern(2));
     submit_big(&mut p, 2, w, 128);
     get_data(&mut p, granted[1].1, &[0x33; 4096]);
-    p.submit(3, w, 300 * 512, 4096, &GEO).expect("submitted");
+    p.submit(3, LUN, w, 300 * 512, 4096, &GEO)
+        .expect("submitted");
     assert_eq!(service_pool(&mut p, t0).len(), 2);
     // two 32 KiB reads fill it again; their data is where their commits point
     for (tag, lba) in [(4u16, 0u64), (5, 64)] {
@@ -535,9 +562,9 @@ fn pool_commands_take_spans_in_arrival_order_and_reads_keep_theirs_until_committ
     assert_eq!((done.len(), done[0].0, done[0].1), (1, 6, 0));
     assert!(done[0].2 == pattern(2));
     // FLUSH takes nothing; WRITE SAME's block takes a unit
-    p.submit(7, BlockOp::Flush, 0, 0, &GEO).expect("flush");
+    p.submit(7, LUN, BlockOp::Flush, 0, 0, &GEO).expect("flush");
     let wz = BlockOp::WriteZeroes { may_unmap: false };
-    p.submit(0, wz, 0, 4096, &GEO).expect("write zeroes");
+    p.submit(0, LUN, wz, 0, 4096, &GEO).expect("write zeroes");
     p.committed(&mut |_, _| {});
     let done = service_pool(&mut p, t0);
     assert_eq!(done.iter().map(|d| d.1).collect::<Vec<_>>(), [0, 0]);
@@ -564,7 +591,7 @@ fn at_fast_io_fail_a_waiting_pool_write_gets_its_span_and_fails() {
     p.committed(&mut |_, _| {});
     let granted = p.granted();
     assert_eq!(granted.iter().map(|g| g.0).collect::<Vec<_>>(), [1]);
-    let r = p.submit(1, BlockOp::Write { fua: false }, 0, BIG, &GEO);
+    let r = p.submit(1, LUN, BlockOp::Write { fua: false }, 0, BIG, &GEO);
     assert_eq!((r, p.busy()), (Err(libc::EIO), 0));
 }
 
@@ -606,7 +633,7 @@ fn a_waiting_pool_discard_waits_for_its_parameters_not_its_range() {
     let t0 = Instant::now();
     assert!(p.reserve(0, BIG).expect("fits").is_some());
     // 512 KiB unmapped: 4 KiB of UNMAP parameters, after the write that fills the pool
-    p.submit(1, BlockOp::Discard, 0, 16 * BIG, &GEO)
+    p.submit(1, LUN, BlockOp::Discard, 0, 16 * BIG, &GEO)
         .expect("queued");
     assert_eq!(p.busy(), 1);
     submit_big(&mut p, 0, BlockOp::Write { fua: false }, 0);
@@ -633,7 +660,8 @@ fn a_lun_that_refuses_write_same_is_zeroed_by_zero_writes_from_tag_or_pool_buffe
         p.ch.transport().disk.fill(0xab);
         p.ch.transport().faults.refuse = vec![op::WRITE_SAME_16];
         let z = BlockOp::WriteZeroes { may_unmap: true };
-        p.submit(0, z, 8 * 512, 16 << 10, &GEO).expect("submitted");
+        p.submit(0, LUN, z, 8 * 512, 16 << 10, &GEO)
+            .expect("submitted");
         assert_eq!(
             service_errnos(&mut p, t0),
             [(0, libc::EOPNOTSUPP)],
@@ -645,7 +673,7 @@ fn a_lun_that_refuses_write_same_is_zeroed_by_zero_writes_from_tag_or_pool_buffe
         );
         // what a front end sends next: zeros written, from a tag buffer holding other data
         p.buf(1).fill(0xcd);
-        p.submit(1, BlockOp::ZeroWrite, 8 * 512, 16 << 10, &GEO)
+        p.submit(1, LUN, BlockOp::ZeroWrite, 8 * 512, 16 << 10, &GEO)
             .expect("submitted");
         assert_eq!(service_errnos(&mut p, t0), [(1, 0)], "pool {pooled}");
         let disk = &p.ch.transport().disk;
@@ -658,7 +686,7 @@ fn a_lun_that_refuses_write_same_is_zeroed_by_zero_writes_from_tag_or_pool_buffe
         let log = &p.ch.transport().log;
         assert_eq!(log.last().map(|l| l.0), Some(op::WRITE_16));
         // longer than the buffers hold: refused, nothing written
-        let too_long = p.submit(2, BlockOp::ZeroWrite, 0, 4 * BIG, &GEO);
+        let too_long = p.submit(2, LUN, BlockOp::ZeroWrite, 0, 4 * BIG, &GEO);
         assert_eq!(too_long, Err(libc::EINVAL), "pool {pooled}");
     }
 }
@@ -681,8 +709,14 @@ fn lent_memory_follows_the_device_and_held_segments_are_rekeyed() {
     let descs = descs.to_vec();
     assert_eq!(descs.len(), 2);
     let segs = [descs[0].prefix(2048), descs[1].prefix(2048)];
-    p.submit_segments(3, crate::wire::scsi::Cdb::read16(0, 8, false), false, &segs)
-        .expect("submitted");
+    p.submit_segments(
+        3,
+        LUN,
+        crate::wire::scsi::Cdb::read16(0, 8, false),
+        false,
+        &segs,
+    )
+    .expect("submitted");
     service(&mut p, t0);
     let lent = guest.lent();
     // SAFETY: the read completed; nothing else refers to the guest's memory
@@ -696,8 +730,14 @@ fn lent_memory_follows_the_device_and_held_segments_are_rekeyed() {
     assert_eq!(p.loan().unwrap().1, &descs[..]);
     // another device, with a read on the loan held over the reconnect
     p.ch.transport().faults.hold_rsps = true;
-    p.submit_segments(4, crate::wire::scsi::Cdb::read16(0, 8, false), false, &segs)
-        .expect("submitted");
+    p.submit_segments(
+        4,
+        LUN,
+        crate::wire::scsi::Cdb::read16(0, 8, false),
+        false,
+        &segs,
+    )
+    .expect("submitted");
     service(&mut p, t0 + Duration::from_secs(1));
     c.device.set(Some(9));
     break_channel(&mut p);

@@ -197,7 +197,8 @@ impl<C: Connect> Exec<C> {
                 if let Some(c) = counted {
                     c.started(tag, op, len);
                 }
-                p.submit(tag, op, off, len, geo)
+                let lun = p.lun();
+                p.submit(tag, lun, op, off, len, geo)
             }
             Exec::Srp { path: None, .. } => Err(libc::EIO),
             Exec::Demo { disk, bufs, done } => {

@@ -12,6 +12,7 @@ use crate::session::Relogin;
 use crate::session::SrpChannel;
 use crate::stats::{IoCounters, IoKind};
 use crate::ublk::{Cqe, Iod, QueueSpec, Ring, UblkIoError};
+use crate::wire::srp::ScsiLun;
 use libublk::io::UblkDev;
 use libublk::sys;
 use std::sync::atomic::Ordering::Relaxed;
@@ -122,6 +123,8 @@ struct UblkIo {
 struct Queue<'a> {
     qid: u16,
     io: UblkIo,
+    /// The device's LUN (each command names it) and its geometry.
+    lun: ScsiLun,
     geo: Geometry,
     shared: &'a SessionLink,
     status: &'a QueueStatus,
@@ -185,6 +188,7 @@ pub(super) fn run_queue(
     let mut qu = Queue {
         qid,
         io,
+        lun: path.lun(),
         geo,
         shared,
         status,
@@ -298,7 +302,7 @@ impl Queue<'_> {
                 blocks: self.shared.blocks.load(Relaxed),
                 ..self.geo
             };
-            if let Err(errno) = path.submit(slot, op, off, len, &geo) {
+            if let Err(errno) = path.submit(slot, self.lun, op, off, len, &geo) {
                 fail_now(&mut self.io, path, pending, slot, errno);
             }
         }
@@ -470,7 +474,7 @@ impl Queue<'_> {
                         blocks: self.shared.blocks.load(Relaxed),
                         ..self.geo
                     };
-                    start_io(&mut self.io, path, pending, geo, slot);
+                    start_io(&mut self.io, path, pending, (self.lun, geo), slot);
                 }
                 Cqe::NeedsData { dev, tag } if self.pool => {
                     if let Some(slot) = self.io.slots.slot(dev, tag) {
@@ -600,12 +604,12 @@ fn need_get_data(
     }
 }
 
-/// Starts the ublk command in slot `slot` on the path, or completes it at once with its error.
+/// Starts the ublk command in slot `slot` on the path for LUN `lun` of geometry `geo`, or completes it at once with its error.
 fn start_io(
     io: &mut UblkIo,
     path: &mut Path<Relogin>,
     pending: &mut Pending,
-    geo: Geometry,
+    (lun, geo): (ScsiLun, Geometry),
     slot: u16,
 ) {
     let Some(iod) = io.iod(slot) else {
@@ -650,7 +654,7 @@ fn start_io(
                 Some(z) => z.command(pending.max_io),
                 None => (bop, off, len),
             };
-            path.submit(slot, op, off, len, &geo)
+            path.submit(slot, lun, op, off, len, &geo)
         }
     };
     if let Err(errno) = result {

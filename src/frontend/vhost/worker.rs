@@ -408,8 +408,8 @@ impl<C: Connect> Worker<C> {
         mem: &Arc<GuestMemoryMmap<()>>,
     ) -> Result<(), (u8, u32)> {
         let tag = self.free.pop().ok_or((status::IOERR, 0))?;
-        let geo = self.dev.geo;
-        match self.path.submit(tag, op, off, len, &geo) {
+        let (lun, geo) = (self.path.lun(), self.dev.geo);
+        match self.path.submit(tag, lun, op, off, len, &geo) {
             Ok(()) => {
                 self.hold(tag, r, 0, Vec::new(), mem);
                 Ok(())
@@ -487,7 +487,8 @@ impl<C: Connect> Worker<C> {
                 Cdb::write16(lba, blocks, false)
             };
             let segs = std::mem::take(&mut self.segs);
-            let s = self.path.submit_segments(tag, cdb, !read, &segs);
+            let lun = self.path.lun();
+            let s = self.path.submit_segments(tag, lun, cdb, !read, &segs);
             self.segs = segs;
             s
         } else {
@@ -556,8 +557,8 @@ impl<C: Connect> Worker<C> {
         } else {
             BlockOp::Write { fua: false }
         };
-        let geo = self.dev.geo;
-        self.path.submit(tag, op, off, len, &geo)
+        let (lun, geo) = (self.path.lun(), self.dev.geo);
+        self.path.submit(tag, lun, op, off, len, &geo)
     }
 
     fn hold(
