@@ -145,6 +145,7 @@ fn main() {
         .unwrap_or(1_000_000);
     let cfg = ChannelConfig {
         depth: DEPTH,
+        send_depth: DEPTH,
         extra_slots: 4,
         lun: ScsiLun::from_int(0),
         req_lim: 128,

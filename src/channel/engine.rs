@@ -1,13 +1,14 @@
 //! The channel engine: turns [`ScsiCmd`]s into SRP_CMDs, keeps the credit count (`req_lim`) exactly as
 //! SRP r16a says, and turns SRP_RSPs back into [`Done`]s.
 //!
-//! - Tags: one per ublk tag (`0..depth`). The SRP tag on the wire is `gen << 16 | tag`, where `gen`
-//!   changes on every send, so a late response to an earlier use of a tag is recognised and dropped.
-//! - Send slots: a command takes any free one of `2 x depth` slots and gives it back at its SEND
+//! - Tags: one per front-end tag (`0..depth`: a path's slots, possibly more than the login's
+//!   `send_depth`). The SRP tag on the wire is `gen << 16 | tag`, where `gen` changes on every
+//!   send, so a late response to an earlier use of a tag is recognised and dropped.
+//! - Send slots: a command takes any free one of `2 x send_depth` slots and gives it back at its SEND
 //!   completion; `extra_slots` more carry CRED_RSP / AER_RSP / I_LOGOUT (which cost no credit) and
 //!   task management. A command completes at its SRP_RSP, as ib_srp's do: the target answered, so
 //!   it had the whole SEND (and any immediate data), and the SEND's completion, which on rxe often
-//!   comes after the response, only frees the slot. The spare `depth` slots let a tag go out again
+//!   comes after the response, only frees the slot. The spare `send_depth` slots let a tag go out again
 //!   before its last SEND is reaped; the front end asks for a wake-up on send completions only when
 //!   something waits for a slot ([`Channel::wants_send_completions`]).
 //! - Selective signalling: one command SEND in [`ChannelConfig::signal_every`] asks for a
@@ -129,7 +130,7 @@ pub struct Channel<T: Transport> {
     req_lim: i32,
     tags: Vec<TagEntry>,
     waiting: VecDeque<u16>,
-    /// The command send slots (`0..2 x depth`).
+    /// The command send slots (`0..2 x send_depth`).
     slots: slots::SendSlots,
     /// The tag last sent with nothing else outstanding (its SEND completion is an early wake-up).
     lone: Option<u16>,

@@ -14,6 +14,7 @@ use crate::path::SessionLink;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
 use crate::session::{LunInfo, Relogin, Session, SrpChannel};
+use crate::wire::srp::ScsiLun;
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::io::UblkDev;
 use libublk::{sys, UblkFlags};
@@ -29,7 +30,7 @@ mod zeroing;
 
 use capacity::CapacityWatch;
 use demo::serve_demo;
-use queue::run_queue;
+use queue::{run_queue, DeviceQueue};
 
 /// The device's size, kept by its capacity checks (the `capacity` thread): a check runs when a
 /// queue meets CAPACITY DATA HAS CHANGED and when asked (`check`: SIGHUP, `srp-ublk resize`).
@@ -277,6 +278,8 @@ struct SrpParts {
     /// A new device's largest I/O and parameters, from the session; `None` for a device taken
     /// over, which keeps its own (`recover_ctrl`).
     new: Option<(u32, sys::ublk_params)>,
+    /// The LUN its commands name.
+    lun: ScsiLun,
     geo: Geometry,
     /// When the channels went down, for a handover's timers.
     down_since: Option<Instant>,
@@ -288,6 +291,7 @@ impl SrpParts {
         SrpParts {
             new: Some((max_io, ublk_params(&s.lun, max_io))),
             geo: s.lun.geometry(),
+            lun: ScsiLun::from_int(s.lun.lun),
             channels: s.channels,
             relogin: s.relogin,
             depth: s.depth,
@@ -296,7 +300,13 @@ impl SrpParts {
     }
 
     fn handover(h: Handover) -> SrpParts {
+        // the detached channels were made for the LUN the previous daemon served
+        let lun = h
+            .channels
+            .first()
+            .map_or(ScsiLun::from_int(0), |c| c.config().lun);
         SrpParts {
+            lun,
             channels: h.channels,
             relogin: h.relogin,
             depth: h.depth,
@@ -311,18 +321,15 @@ impl SrpParts {
         self.geo.blocks << self.geo.block_shift
     }
 
-    /// What libublk runs on the device before its queues start: the size, a new device's
-    /// parameters, and room in each queue's ring for the loop's own operations (its PollAdds and
-    /// timer) next to the depth's ublk commands.
+    /// What libublk runs on the device before its queues start: the size and a new device's
+    /// parameters (the queues' rings are srp-ublk's own, sized by the queue threads).
     fn device_init(&self) -> impl FnOnce(&mut UblkDev) -> Result<(), libublk::UblkError> {
-        let (size, new, depth) = (self.size(), self.new, self.depth);
+        let (size, new) = (self.size(), self.new);
         move |dev: &mut UblkDev| {
             dev.set_default_params(size);
             if let Some((_, p)) = new {
                 dev.tgt.params = p;
             }
-            dev.tgt.sq_depth = depth + 8;
-            dev.tgt.cq_depth = depth + 8;
             Ok(())
         }
     }
@@ -380,17 +387,18 @@ fn serve_srp(
         _ => recover_ctrl(opts.dev_id, nr_queues, parts.depth)?,
     };
     let tgt_init = parts.device_init();
-    let shared = Arc::new(SessionLink::new(nr_queues, parts.geo.blocks).map_err(|e| {
-        UblkFrontError::Setup {
+    let shared = Arc::new(
+        SessionLink::new(nr_queues).map_err(|e| UblkFrontError::Setup {
             what: "creating the queues' eventfds",
             source: e.into(),
-        }
-    })?);
+        })?,
+    );
     opts.capacity.bytes.store(parts.size(), Relaxed);
+    let blocks = Arc::new(AtomicU64::new(parts.geo.blocks));
     let stop = CapacityWatch {
         dev_id: ctrl.dev_info().dev_id,
         relogin: parts.relogin.clone(),
-        shared: shared.clone(),
+        blocks: blocks.clone(),
         queues: status.clone(),
         capacity: opts.capacity.clone(),
         block_shift: parts.geo.block_shift,
@@ -399,12 +407,16 @@ fn serve_srp(
     let (cpus, status2) = (opts.cpus.clone(), status.clone());
     let start = Arc::new(QueueStart {
         channels: Mutex::new(parts.channels.into_iter().map(Some).collect()),
-        status,
+        devices: vec![DeviceParts {
+            lun: parts.lun,
+            geo: parts.geo,
+            blocks,
+            status,
+        }],
         timers: opts.timers,
         down_since: parts.down_since,
         on_removed: opts.on_removed.clone(),
         relogin: parts.relogin,
-        geo: parts.geo,
         waiting: waiting(opts.poll, nr_queues),
         shared,
     });
@@ -471,7 +483,7 @@ fn spawn_queues(
             .spawn(move || {
                 let tid = UblkCtrl::init_queue_thread();
                 if tx.send((qid, tid)).is_ok() {
-                    start.run(qid, &dev);
+                    start.run(qid, &[&dev]);
                 }
             })
             .map_err(|source| UblkFrontError::Setup {
@@ -490,24 +502,34 @@ fn spawn_queues(
     Ok(threads)
 }
 
-/// What each queue thread starts from: its channel (taken once), its status slot, and what every
-/// queue of the device shares.
+/// What each queue thread starts from: its channel (taken once), the devices it serves a queue
+/// of, and what every queue shares.
 struct QueueStart {
     channels: Mutex<Vec<Option<SrpChannel>>>,
-    status: Arc<Vec<QueueStatus>>,
+    /// Each device's own parts, in the order of the ublk devices a thread is given.
+    devices: Vec<DeviceParts>,
     timers: Timers,
     /// For a handover: when the previous daemon's channels went down.
     down_since: Option<Instant>,
     on_removed: Option<OnRemoved>,
     relogin: Relogin,
-    geo: Geometry,
     waiting: Waiting,
     shared: Arc<SessionLink>,
 }
 
+/// One device's parts that its queue threads share: its LUN and geometry, its bound (moved by
+/// a resize) and its queues' status.
+struct DeviceParts {
+    lun: ScsiLun,
+    geo: Geometry,
+    blocks: Arc<AtomicU64>,
+    status: Arc<Vec<QueueStatus>>,
+}
+
 impl QueueStart {
-    /// Queue `qid`'s thread (libublk's): serves the queue until the device stops.
-    fn run(&self, qid: u16, dev: &UblkDev) {
+    /// Queue `qid`'s thread: serves queue `qid` of the devices `devs` (those of
+    /// [`QueueStart::devices`], in order) until they stop.
+    fn run(&self, qid: u16, devs: &[&UblkDev]) {
         let ch = self
             .channels
             .lock()
@@ -517,24 +539,33 @@ impl QueueStart {
             tracing::error!("queue {qid}: no SRP channel for this queue");
             return;
         };
-        let Some(st) = self.status.get(usize::from(qid)) else {
-            return;
-        };
-        st.tid.store(nix::unistd::gettid().as_raw(), Relaxed);
+        let tid = nix::unistd::gettid().as_raw();
+        let mut queues = Vec::with_capacity(devs.len());
+        for (dev, d) in devs.iter().zip(&self.devices) {
+            let Some(status) = d.status.get(usize::from(qid)) else {
+                return tracing::error!("queue {qid}: the device has no status for this queue");
+            };
+            status.tid.store(tid, Relaxed);
+            queues.push(DeviceQueue {
+                dev,
+                lun: d.lun,
+                geo: d.geo,
+                blocks: &d.blocks,
+                status,
+            });
+        }
         let rport = match self.down_since {
             Some(at) => Rport::down_since(self.timers, at),
             None => Rport::new(self.timers),
         };
         let r = run_queue(
             qid,
-            dev,
+            &queues,
             ch,
-            self.geo,
             self.waiting,
             self.relogin.clone(),
             rport,
             self.on_removed.clone(),
-            st,
             &self.shared,
         );
         if let Err(e) = r {

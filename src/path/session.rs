@@ -1,8 +1,8 @@
-//! What the paths of one device share, touched only when a channel fails or the device is resized.
+//! What the paths of one target port's channels share, touched only when a channel fails.
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// A failure epoch and one eventfd per queue: the queue whose channel fails bumps the epoch and
 /// wakes the others, which take their channels down and reconnect too (ib_srp reconnects every
@@ -12,21 +12,17 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 pub struct SessionLink {
     epoch: AtomicU32,
     wake: Vec<EventFd>,
-    /// The device's size in logical blocks: the bound every queue checks I/O against, moved by a
-    /// resize (written only then; a relaxed load per I/O of a line nobody else writes).
-    pub blocks: AtomicU64,
 }
 
 impl SessionLink {
-    /// The link of a device with `queues` queues and `blocks` logical blocks.
-    pub fn new(queues: u16, blocks: u64) -> nix::Result<SessionLink> {
+    /// The link of `queues` queues (channels).
+    pub fn new(queues: u16) -> nix::Result<SessionLink> {
         let wake = (0..queues)
             .map(|_| EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(SessionLink {
             epoch: AtomicU32::new(0),
             wake,
-            blocks: AtomicU64::new(blocks),
         })
     }
 

@@ -269,7 +269,7 @@ fn a_refused_login_is_tried_again_every_reconnect_delay() {
 fn a_siblings_failure_takes_the_path_down_and_both_reconnect() {
     let (c0, c1) = (FakeConnect::default(), FakeConnect::default());
     let (mut p0, mut p1) = (path(&c0), path(&c1));
-    let link = Arc::new(SessionLink::new(2, GEO.blocks).expect("eventfds"));
+    let link = Arc::new(SessionLink::new(2).expect("eventfds"));
     p0.join(link.clone(), 0);
     p1.join(link.clone(), 1);
     let t0 = Instant::now();
@@ -755,4 +755,78 @@ fn lent_memory_follows_the_device_and_held_segments_are_rekeyed() {
         "registered again on the new device"
     );
     assert_eq!(now[1].addr, descs[1].addr);
+}
+
+#[test]
+fn a_channel_shared_by_two_devices_holds_both_depths_beyond_its_sends() {
+    // two devices of DEPTH tags each on one channel whose login was sized for DEPTH / 2
+    // commands (8 command send slots) and gives 16 credits (one kept back): what does not fit
+    // waits, and every command reaches its own LUN with its own data
+    let sends = DEPTH / 2;
+    let t = FakeTarget::new(
+        1 << 20,
+        512,
+        crate::channel::send_slots(sends, 4),
+        DEPTH + 8,
+    );
+    let cfg = ChannelConfig::fake(sends).with_tags(2 * DEPTH);
+    assert_eq!((cfg.depth, cfg.cmd_slots()), (2 * DEPTH, 2 * sends));
+    let c = FakeConnect::default();
+    let bufs = TagBufs::new(2 * DEPTH, BUF);
+    let mut p = Path::new(
+        Channel::new(t, cfg),
+        &c,
+        bufs,
+        Rport::new(TIMERS),
+        "queue 0".into(),
+    )
+    .expect("registers");
+    let lun_of = |tag: u16| ScsiLun::from_int(u64::from(tag / DEPTH) + 1);
+    let w = BlockOp::Write { fua: false };
+    for tag in 0..2 * DEPTH {
+        p.buf(tag)[..4096].fill(0x40 + tag as u8);
+        p.submit(tag, lun_of(tag), w, u64::from(tag) * 4096, 4096, &GEO)
+            .expect("submitted");
+    }
+    let now = Instant::now();
+    let mut done = Vec::new();
+    for _ in 0..10 {
+        done.extend(service(&mut p, now).0);
+    }
+    let mut tags: Vec<(u16, i32)> = done.iter().map(|d| (d.0, d.1)).collect();
+    tags.sort_unstable();
+    let want: Vec<(u16, i32)> = (0..2 * DEPTH).map(|t| (t, 0)).collect();
+    assert_eq!(tags, want, "every write completes once, without error");
+    let st = p.channel().stats();
+    assert!(
+        st.credit_stalls + st.slot_stalls > 0,
+        "{st:?}: nothing waited"
+    );
+    let mut luns = p.ch.transport().luns.clone();
+    luns.sort_unstable_by_key(|l| l.0);
+    let want: Vec<ScsiLun> = (0..2 * DEPTH).map(lun_of).collect();
+    assert_eq!(luns, want, "each command went to its device's LUN");
+    for tag in 0..2 * DEPTH {
+        p.submit(
+            tag,
+            lun_of(tag),
+            BlockOp::Read,
+            u64::from(tag) * 4096,
+            4096,
+            &GEO,
+        )
+        .expect("submitted");
+    }
+    let mut done = Vec::new();
+    for _ in 0..10 {
+        done.extend(service(&mut p, now).0);
+    }
+    assert_eq!(done.len(), usize::from(2 * DEPTH));
+    for (tag, errno, data) in done {
+        assert_eq!(errno, 0);
+        assert!(
+            data.iter().all(|&b| b == 0x40 + tag as u8),
+            "tag {tag} read back another tag's data"
+        );
+    }
 }

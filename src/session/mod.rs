@@ -397,6 +397,7 @@ fn channel_config(ep: &Endpoint, depth: u16, lun: u64, req_it_iu_len: u32) -> Ch
     };
     ChannelConfig {
         depth,
+        send_depth: depth,
         extra_slots: EXTRA_SLOTS,
         lun: ScsiLun::from_int(lun),
         req_lim: l.req_lim_delta,
@@ -517,6 +518,7 @@ pub fn detached_channels(
         .map(|_| {
             let cfg = ChannelConfig {
                 depth,
+                send_depth: depth,
                 extra_slots: EXTRA_SLOTS,
                 lun: ScsiLun::from_int(lun),
                 req_lim: 0,

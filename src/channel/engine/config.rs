@@ -5,9 +5,14 @@ use crate::wire::srp::ScsiLun;
 /// Fixed parameters of one channel, from the login and the device setup.
 #[derive(Clone, Copy, Debug)]
 pub struct ChannelConfig {
-    /// Commands in flight at most (the ublk queue depth for this channel).
+    /// Tags: the commands the channel holds at once, out on the fabric or waiting for a credit
+    /// or a send slot (the ublk queue depth, or the depths of the devices sharing the channel
+    /// together).
     pub depth: u16,
-    /// Send slots beyond `depth` for CRED_RSP / AER_RSP / I_LOGOUT.
+    /// The commands the login's send queue was sized for (at most `depth`): its command send
+    /// slots are twice this ([`ChannelConfig::cmd_slots`]).
+    pub send_depth: u16,
+    /// Send slots beyond the command slots for CRED_RSP / AER_RSP / I_LOGOUT.
     pub extra_slots: u16,
     /// The logical unit of the device the channel was logged in for: what a path's block commands
     /// address ([`crate::channel::ScsiCmd::lun`]; the engine sends each command to its own).
@@ -31,6 +36,7 @@ impl ChannelConfig {
     pub fn fake(depth: u16) -> ChannelConfig {
         ChannelConfig {
             depth,
+            send_depth: depth,
             extra_slots: 4,
             lun: ScsiLun::from_int(0),
             req_lim: 16,
@@ -41,21 +47,31 @@ impl ChannelConfig {
         }
     }
 
-    /// Send slots for commands: twice the depth, so that a tag can go out again before the
-    /// completion of its last SEND is reaped.
+    /// Send slots for commands: twice the send depth, so that a command can go out again
+    /// before the completion of its last SEND is reaped.
     pub fn cmd_slots(&self) -> u16 {
-        cmd_slots(self.depth)
+        cmd_slots(self.send_depth)
     }
 
     /// Every send slot the transport must have: [`ChannelConfig::cmd_slots`], then the extra ones.
     pub fn send_slots(&self) -> u16 {
-        send_slots(self.depth, self.extra_slots)
+        send_slots(self.send_depth, self.extra_slots)
     }
 
     /// One command SEND in this many is signalled: `SIGNAL_EVERY` (16), or fewer for a shallow
     /// channel, so that at most half the command slots wait for a signalled one.
     pub fn signal_every(&self) -> u16 {
-        SIGNAL_EVERY.min(self.depth).max(1)
+        SIGNAL_EVERY.min(self.send_depth).max(1)
+    }
+
+    /// This channel holding `tags` commands at once (at least its send depth): the depths of
+    /// every device sharing it. The sends stay what the login was sized for; commands beyond
+    /// the credits or the send slots wait in the engine.
+    pub fn with_tags(self, tags: u16) -> ChannelConfig {
+        ChannelConfig {
+            depth: tags.max(self.send_depth),
+            ..self
+        }
     }
 }
 

@@ -23,6 +23,7 @@ const GEO: Geometry = Geometry {
 fn cfg(req_lim: i32) -> ChannelConfig {
     ChannelConfig {
         depth: DEPTH,
+        send_depth: DEPTH,
         extra_slots: 4,
         lun: ScsiLun::from_int(0),
         req_lim,

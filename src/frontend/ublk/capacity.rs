@@ -1,11 +1,10 @@
 //! The device's capacity checks, off the I/O path.
 
 use super::{driver_has, CapacityStatus, QueueStatus};
-use crate::path::SessionLink;
 use crate::session::{Relogin, RELOGIN_STEP};
 use libublk::ctrl::UblkCtrl;
 use libublk::sys;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,8 @@ const CAPACITY_POLL: Duration = Duration::from_millis(500);
 pub(super) struct CapacityWatch {
     pub(super) dev_id: u32,
     pub(super) relogin: Relogin,
-    pub(super) shared: Arc<SessionLink>,
+    /// The device's size in logical blocks, as its queues bound I/O by it.
+    pub(super) blocks: Arc<AtomicU64>,
     pub(super) queues: Arc<Vec<QueueStatus>>,
     pub(super) capacity: Arc<CapacityStatus>,
     pub(super) block_shift: u32,
@@ -108,16 +108,16 @@ impl CapacityWatch {
         let blocks = cap.blocks();
         // growing, the queues take the new blocks before the kernel can send them; shrinking,
         // only once the kernel has stopped sending the old ones
-        let before = self.shared.blocks.load(Relaxed);
-        self.shared.blocks.store(blocks.max(before), Relaxed);
+        let before = self.blocks.load(Relaxed);
+        self.blocks.store(blocks.max(before), Relaxed);
         let r = UblkCtrl::new_simple(self.dev_id as i32).and_then(|c| c.update_size(new));
         if let Err(e) = r {
-            self.shared.blocks.store(before, Relaxed);
+            self.blocks.store(before, Relaxed);
             tracing::warn!("{dev}: resizing from {old} to {new} bytes ({why}) failed: {e}");
             self.capacity.pending.store(new, Relaxed);
             return Err(());
         }
-        self.shared.blocks.store(blocks, Relaxed);
+        self.blocks.store(blocks, Relaxed);
         self.capacity.bytes.store(new, Relaxed);
         self.capacity.pending.store(0, Relaxed);
         tracing::warn!("{dev}: resized from {old} to {new} bytes ({why})");

@@ -1,6 +1,8 @@
-//! A ublk queue's thread: its io_uring loop over the queue's [`Path`].
+//! A ublk queue's thread: its io_uring loop over the queue's [`Path`], serving queue q of every
+//! device it is given (one or more LUNs of the path's target port), each device's tags a range of
+//! the path's ([`SlotMap`]).
 
-use super::slots::{SlotMap, SlotsFull};
+use super::slots::{self, SlotMap, SlotsFull};
 use super::zeroing::Zeroing;
 use super::{OnRemoved, QueueStatus, Waiting};
 use crate::channel::block::{BlockOp, Geometry};
@@ -15,7 +17,7 @@ use crate::ublk::{Cqe, Iod, QueueSpec, Ring, UblkIoError};
 use crate::wire::srp::ScsiLun;
 use libublk::io::UblkDev;
 use libublk::sys;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,6 +64,13 @@ pub(super) enum QueueError {
     /// The queue's path has no tags left for the device's.
     #[error("giving the device's tags their place on the queue's path")]
     Slots(#[from] SlotsFull),
+    /// The devices given to one queue thread take their data differently (some from a pool with
+    /// NEED_GET_DATA, some in per-tag buffers): one path's buffers cannot serve both.
+    #[error(
+        "the devices of one queue take their data differently (NEED_GET_DATA or not): serve \
+         devices made by different versions of srp-ublk from daemons of their own"
+    )]
+    MixedBuffers,
 }
 
 impl QueueError {
@@ -71,11 +80,12 @@ impl QueueError {
     }
 }
 
-/// What each slot's command is, and the queue's counters (kept here, published by
+/// What each slot's command is, and each device's counters (kept here, published by
 /// [`QueueStatus::publish`]).
 struct Pending {
     slots: Vec<SlotIo>,
-    io: IoCounters,
+    /// By the ring's device index.
+    io: Vec<IoCounters>,
     /// Slots whose WRITE_ZEROES has another command to send ([`Queue::resubmit`]).
     again: Vec<u16>,
     /// The device's largest I/O: a zero write's most.
@@ -83,8 +93,9 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(depth: u16, max_io: u32) -> Pending {
+    fn new(depth: u16, devices: usize, max_io: u32) -> Pending {
         let idle = SlotIo {
+            dev: 0,
             len: 0,
             rw: false,
             kind: IoKind::Other,
@@ -93,17 +104,26 @@ impl Pending {
         };
         Pending {
             slots: vec![idle; usize::from(depth)],
-            io: IoCounters::default(),
+            io: vec![IoCounters::default(); devices],
             again: Vec::new(),
             max_io,
         }
     }
+
+    /// Counts slot `slot`'s command as done (`ok`) after `us` microseconds.
+    fn record(&mut self, slot: u16, ok: bool, us: u64) {
+        let t = self.slots[usize::from(slot)];
+        if let Some(io) = self.io.get_mut(usize::from(t.dev)) {
+            io.record(t.kind, t.len, ok, us);
+        }
+    }
 }
 
-/// A slot's command: its length, whether its result is a byte count, its kind and when it came,
+/// A slot's command: its device (the ring's index), its length, whether its result is a byte count, its kind and when it came,
 /// and for a WRITE_ZEROES, how far it got.
 #[derive(Clone, Copy)]
 struct SlotIo {
+    dev: u16,
     len: u32,
     rw: bool,
     kind: IoKind,
@@ -118,17 +138,49 @@ struct UblkIo {
     slots: SlotMap,
 }
 
-/// What a queue does besides its path: the device it belongs to and the polls it has armed on
-/// the path's fds (each tagged with the path's login generation).
+/// Queue `qid` of one device, as the thread that serves it (and queue `qid` of the other devices
+/// of the same target port) is given it.
+pub(super) struct DeviceQueue<'a> {
+    pub dev: &'a UblkDev,
+    /// The device's LUN: each of its commands names it.
+    pub lun: ScsiLun,
+    pub geo: Geometry,
+    /// The device's size now in logical blocks: the bound its I/O is checked against, moved by
+    /// a resize (written only then; a relaxed load per I/O of a line nobody else writes).
+    pub blocks: &'a AtomicU64,
+    /// What this queue of the device publishes.
+    pub status: &'a QueueStatus,
+}
+
+/// A device as the loop serves it (by the ring's device index).
+struct Served<'a> {
+    lun: ScsiLun,
+    /// Its geometry, as this queue last learnt it (a refused WRITE SAME turns it off).
+    geo: Geometry,
+    blocks: &'a AtomicU64,
+    status: &'a QueueStatus,
+    dev_id: u32,
+}
+
+impl Served<'_> {
+    /// The device's geometry with its bound as it is now: a resize may have moved it while the
+    /// queue slept.
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            blocks: self.blocks.load(Relaxed),
+            ..self.geo
+        }
+    }
+}
+
+/// What a queue does besides its path: the devices it serves and the polls it has armed on the
+/// path's fds (each tagged with the path's login generation).
 struct Queue<'a> {
     qid: u16,
     io: UblkIo,
-    /// The device's LUN (each command names it) and its geometry.
-    lun: ScsiLun,
-    geo: Geometry,
+    /// By the ring's device index.
+    devs: Vec<Served<'a>>,
     shared: &'a SessionLink,
-    status: &'a QueueStatus,
-    dev_id: u32,
     on_removed: Option<OnRemoved>,
     /// The login generation `cq_poll` and `cm_poll` were armed on.
     armed_gen: u16,
@@ -142,82 +194,128 @@ struct Queue<'a> {
     idle_since: Option<Instant>,
 }
 
+/// Serves queue `qid` of every device in `devs` over channel `ch` until every one of them has
+/// stopped. Each device's FETCH commands go out from this thread, as ublk requires of the task
+/// that serves a queue, before the device may start.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_queue(
     qid: u16,
-    dev: &UblkDev,
+    devs: &[DeviceQueue<'_>],
     ch: SrpChannel,
-    geo: Geometry,
     waiting: Waiting,
     relogin: Relogin,
     rport: Rport,
     on_removed: Option<OnRemoved>,
-    status: &QueueStatus,
     shared: &Arc<SessionLink>,
 ) -> Result<(), QueueError> {
-    let flags = dev.dev_info.flags;
-    let pool = flags & u64::from(sys::UBLK_F_NEED_GET_DATA) != 0;
-    let max_io = dev.dev_info.max_io_buf_bytes;
-    let depth = dev.dev_info.queue_depth;
-    let bufs = if pool {
-        TagBufs::pooled(depth, max_io)
-    } else {
-        TagBufs::budgeted(depth, max_io)
-    };
-    let spec = QueueSpec {
-        fd: dev.tgt.fds[0],
-        qid,
-        depth,
-        flags,
-    };
-    let ring = Ring::new(u32::from(dev.tgt.sq_depth), u32::from(dev.tgt.cq_depth), 1);
-    // a channel that starts down (a handover) holds I/O before the first command can arrive; it
-    // logs in from the loop, once the ring has taken the FETCH commands
-    let started = ring.map_err(QueueError::from).and_then(|ring| {
-        let path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
-        let io = fetch_all(ring, &spec, path.bufs())?;
-        Ok((io, path))
-    });
-    // the device starts once every queue has its FETCH commands out; a queue that cannot start
+    let started = start_queue(qid, devs, ch, relogin, rport);
+    // a device starts once every queue has its FETCH commands out; a queue that cannot start
     // says so too, or the start would wait for it forever (libublk's only public way to fail the
     // wait is its mlock flag: the start then fails with EPERM, after this queue's error)
-    dev.notify_buffer_registration_complete(started.is_err());
-    let (io, mut path) = started?;
+    for d in devs {
+        d.dev.notify_buffer_registration_complete(started.is_err());
+    }
+    let (io, mut path, max_io) = started?;
     path.join(shared.clone(), qid);
-    let mut pending = Pending::new(io.slots.len(), max_io);
+    let mut pending = Pending::new(io.slots.len(), devs.len(), max_io);
+    let served = devs
+        .iter()
+        .map(|d| Served {
+            lun: d.lun,
+            geo: d.geo,
+            blocks: d.blocks,
+            status: d.status,
+            dev_id: d.dev.dev_info.dev_id,
+        })
+        .collect();
     let mut qu = Queue {
         qid,
         io,
-        lun: path.lun(),
-        geo,
+        devs: served,
         shared,
-        status,
-        dev_id: dev.dev_info.dev_id,
         on_removed,
         armed_gen: path.gen(),
         cq_poll: false,
         cm_poll: false,
         wake_poll: false,
         tick_poll: false,
-        pool,
+        pool: devs.first().is_some_and(|d| takes_pool(d.dev)),
         idle_since: None,
     };
     qu.serve(&mut path, &mut pending, waiting);
     let io = &mut qu.io;
     path.close(&mut |d, b| commit(io, b, &mut pending, d));
-    status.publish(&path, &pending.io);
+    qu.publish(&path, &pending);
     Ok(())
 }
 
-/// Serves device queue `spec` on `ring` and sends a FETCH for each tag: with tag buffers, each
-/// names its slot's buffer for the kernel to copy a write's data into; with a pool, nothing (a
-/// write names its span with NEED_GET_DATA).
-fn fetch_all(mut ring: Ring, spec: &QueueSpec, bufs: &TagBufs) -> Result<UblkIo, QueueError> {
-    let dev = ring.add_queue(spec, bufs.copies_lent())?;
+/// Whether device `dev`'s writes name their data with NEED_GET_DATA (its buffers are a pool).
+fn takes_pool(dev: &UblkDev) -> bool {
+    dev.dev_info.flags & u64::from(sys::UBLK_F_NEED_GET_DATA) != 0
+}
+
+/// The queue's ring and path over `devs` (their depths together), with every device's FETCH
+/// commands out, and the largest I/O of any of them.
+fn start_queue(
+    qid: u16,
+    devs: &[DeviceQueue<'_>],
+    ch: SrpChannel,
+    relogin: Relogin,
+    rport: Rport,
+) -> Result<(UblkIo, Path<Relogin>, u32), QueueError> {
+    let pool = devs.first().is_some_and(|d| takes_pool(d.dev));
+    if devs.iter().any(|d| takes_pool(d.dev) != pool) {
+        return Err(QueueError::MixedBuffers);
+    }
+    let depth = slots::total(devs.iter().map(|d| d.dev.dev_info.queue_depth))?;
+    let max_io = devs
+        .iter()
+        .map(|d| d.dev.dev_info.max_io_buf_bytes)
+        .max()
+        .unwrap_or(0);
+    let bufs = if pool {
+        TagBufs::pooled(depth, max_io)
+    } else {
+        TagBufs::budgeted(depth, max_io)
+    };
+    // room for the loop's own operations (its PollAdds and timer) next to the ublk commands
+    let entries = u32::from(depth) + 8;
+    let ring = Ring::new(entries, entries, devs.len() as u16)?;
+    // a channel that starts down (a handover) holds I/O before the first command can arrive; it
+    // logs in from the loop, once the ring has taken the FETCH commands
+    let path = Path::new(ch, relogin, bufs, rport, format!("queue {qid}"))?;
+    let io = fetch_all(ring, qid, devs, path.bufs())?;
+    Ok((io, path, max_io))
+}
+
+/// Serves queue `qid` of each device on `ring` and sends a FETCH for each of its tags: with tag
+/// buffers, each names its slot's buffer for the kernel to copy a write's data into; with a pool,
+/// nothing (a write names its span with NEED_GET_DATA). The ring gives the devices its indices
+/// in order, the index [`Queue::devs`] and [`Pending::io`] keep them by.
+fn fetch_all(
+    mut ring: Ring,
+    qid: u16,
+    devs: &[DeviceQueue<'_>],
+    bufs: &TagBufs,
+) -> Result<UblkIo, QueueError> {
     let mut slots = SlotMap::default();
-    let base = slots.add(dev, spec.depth)?;
-    for tag in 0..spec.depth {
-        ring.fetch(dev, tag, bufs.tag_span(base + tag))?;
+    for (i, d) in devs.iter().enumerate() {
+        let spec = QueueSpec {
+            fd: d.dev.tgt.fds[0],
+            qid,
+            depth: d.dev.dev_info.queue_depth,
+            flags: d.dev.dev_info.flags,
+        };
+        let dev = ring.add_queue(&spec, bufs.copies_lent())?;
+        debug_assert_eq!(
+            dev.index(),
+            i,
+            "a new ring gives its devices indices in order"
+        );
+        let base = slots.add(dev, spec.depth)?;
+        for tag in 0..spec.depth {
+            ring.fetch(dev, tag, bufs.tag_span(base + tag))?;
+        }
     }
     Ok(UblkIo { ring, slots })
 }
@@ -226,7 +324,7 @@ impl Queue<'_> {
     /// The queue's loop, until the device stops.
     fn serve(&mut self, path: &mut Path<Relogin>, pending: &mut Pending, waiting: Waiting) {
         let (mut spins, mut loops) = (0u32, 0u32);
-        self.status.publish(path, &pending.io);
+        self.publish(path, pending);
         loop {
             loops = loops.wrapping_add(1);
             let up = path.is_up();
@@ -240,7 +338,7 @@ impl Queue<'_> {
             // while down, the loop ticks (DOWN_TICK) instead of sleeping on the ring
             let mut to_wait = if spin || !up { 0 } else { 1 };
             if to_wait == 1 || loops % 1024 == 0 {
-                self.status.publish(path, &pending.io);
+                self.publish(path, pending);
             }
             if to_wait == 1 && (self.prepare_sleep(path, pending) || path.commits_hold_waiters()) {
                 to_wait = 0;
@@ -268,7 +366,7 @@ impl Queue<'_> {
                 std::thread::yield_now();
             }
             if !path.is_up() {
-                self.status.publish(path, &pending.io);
+                self.publish(path, pending);
             }
             if let Some(event) = event {
                 self.on_event(event);
@@ -282,27 +380,33 @@ impl Queue<'_> {
         }
     }
 
+    /// Publishes the path's and each device's counters.
+    fn publish(&self, path: &Path<Relogin>, pending: &Pending) {
+        for (d, io) in self.devs.iter().zip(&pending.io) {
+            d.status.publish(path, io);
+        }
+    }
+
     /// Sends the next command of each WRITE_ZEROES that has one. The first refused WRITE SAME
-    /// turns the queue's later ones into zero writes from the start.
+    /// turns the device's later ones on this queue into zero writes from the start.
     fn resubmit(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) {
         while let Some(slot) = pending.again.pop() {
-            let Some(z) = pending.slots[usize::from(slot)].zero.as_mut() else {
+            let t = &mut pending.slots[usize::from(slot)];
+            let (Some(z), Some(d)) = (t.zero.as_mut(), self.devs.get_mut(usize::from(t.dev)))
+            else {
                 continue;
             };
-            if z.by_write() && self.geo.write_same {
-                self.geo.write_same = false;
+            if z.by_write() && d.geo.write_same {
+                d.geo.write_same = false;
                 tracing::warn!(
-                    "queue {}: the LUN refuses WRITE SAME: WRITE_ZEROES is carried out by writing \
-                     zeros",
-                    self.qid
+                    "queue {} of /dev/ublkb{}: the LUN refuses WRITE SAME: WRITE_ZEROES is \
+                     carried out by writing zeros",
+                    self.qid,
+                    d.dev_id
                 );
             }
             let (op, off, len) = z.command(pending.max_io);
-            let geo = Geometry {
-                blocks: self.shared.blocks.load(Relaxed),
-                ..self.geo
-            };
-            if let Err(errno) = path.submit(slot, self.lun, op, off, len, &geo) {
+            if let Err(errno) = path.submit(slot, d.lun, op, off, len, &d.geometry()) {
                 fail_now(&mut self.io, path, pending, slot, errno);
             }
         }
@@ -325,9 +429,10 @@ impl Queue<'_> {
     /// new image of the daemon) or the path given up (the device is removed).
     fn on_event(&self, event: Event) {
         match event {
+            // the daemon's image is replaced; its devices are taken over by the new one
             Event::Removed { since } => {
-                if let Some(OnRemoved(f)) = &self.on_removed {
-                    f(self.dev_id, since);
+                if let (Some(OnRemoved(f)), Some(d)) = (&self.on_removed, self.devs.first()) {
+                    f(d.dev_id, since);
                 }
             }
             Event::Lost => {
@@ -462,29 +567,27 @@ impl Queue<'_> {
         while let Some(cqe) = self.io.ring.reap() {
             match cqe {
                 Cqe::Request { dev, tag } => {
-                    let Some(slot) = self.io.slots.slot(dev, tag) else {
+                    let (Some(slot), Some(d)) =
+                        (self.io.slots.slot(dev, tag), self.devs.get(dev.index()))
+                    else {
+                        self.unknown(dev, tag);
                         continue;
                     };
                     if !clock_set {
                         path.set_clock(clock_ms());
                         clock_set = true;
                     }
-                    // the bound as it is now: a resize may have moved it while the queue slept
-                    let geo = Geometry {
-                        blocks: self.shared.blocks.load(Relaxed),
-                        ..self.geo
-                    };
-                    start_io(&mut self.io, path, pending, (self.lun, geo), slot);
+                    start_io(&mut self.io, path, pending, (d.lun, d.geometry()), slot);
                 }
-                Cqe::NeedsData { dev, tag } if self.pool => {
-                    if let Some(slot) = self.io.slots.slot(dev, tag) {
-                        get_data |= need_get_data(&mut self.io, path, pending, slot);
-                    }
-                }
+                Cqe::NeedsData { dev, tag } if self.pool => match self.io.slots.slot(dev, tag) {
+                    Some(slot) => get_data |= need_get_data(&mut self.io, path, pending, slot),
+                    None => self.unknown(dev, tag),
+                },
                 Cqe::NeedsData { .. } => {}
-                Cqe::Ended { tag, res, .. } if res != sys::UBLK_IO_RES_ABORT => {
+                Cqe::Ended { dev, tag, res } if res != sys::UBLK_IO_RES_ABORT => {
+                    let id = self.devs.get(dev.index()).map_or(u32::MAX, |d| d.dev_id);
                     tracing::warn!(
-                        "queue {}: ublk refused tag {tag}'s command: {res}",
+                        "queue {} of /dev/ublkb{id}: ublk refused tag {tag}'s command: {res}",
                         self.qid
                     );
                 }
@@ -502,6 +605,18 @@ impl Queue<'_> {
         }
         get_data
     }
+
+    /// A request of a device or tag the queue does not serve: the ring checks both, so this is
+    /// a defect, said loudly; the request is left alone (the driver ends it when the device
+    /// stops).
+    fn unknown(&self, dev: crate::ublk::Dev, tag: u16) {
+        tracing::error!(
+            "queue {}: a request for device index {} tag {tag}, which this queue does not serve: \
+             ignored",
+            self.qid,
+            dev.index()
+        );
+    }
 }
 
 impl UblkIo {
@@ -514,7 +629,7 @@ impl UblkIo {
     /// NEED_GET_DATA for the pool write in slot `slot`, whose span starts at `addr`.
     fn get_data(&mut self, slot: u16, addr: u64) {
         let Some((dev, tag)) = self.slots.tag(slot) else {
-            return;
+            return tracing::error!("NEED_GET_DATA for slot {slot}, which serves no device");
         };
         let len = self.ring.iod(dev, tag).map_or(0, |iod| iod.len());
         if let Err(e) = self.ring.get_data(dev, tag, (addr, len)) {
@@ -525,7 +640,7 @@ impl UblkIo {
     /// Completes the request in slot `slot` with `res`; a read's data is at `data`.
     fn commit(&mut self, slot: u16, res: i32, data: Option<(u64, u32)>) {
         let Some((dev, tag)) = self.slots.tag(slot) else {
-            return;
+            return tracing::error!("a commit for slot {slot}, which serves no device");
         };
         if let Err(e) = self.ring.commit(dev, tag, res, data) {
             tracing::error!("{}", crate::Chain(&e));
@@ -562,8 +677,7 @@ fn commit(io: &mut UblkIo, bufs: &TagBufs, pending: &mut Pending, mut d: Done) {
         }
         Err(errno) => -errno,
     };
-    let us = t.started.elapsed().as_micros() as u64;
-    pending.io.record(t.kind, t.len, res >= 0, us);
+    pending.record(slot, res >= 0, t.started.elapsed().as_micros() as u64);
     io.commit(slot, res, commit_span(bufs, slot, t.kind, res));
 }
 
@@ -597,14 +711,24 @@ fn need_get_data(
         Ok(None) => false,
         // larger than the pool, which holds the device's largest I/O: not from this kernel
         Err(errno) => {
-            pending.io.record(IoKind::Write, len, false, 0);
+            let dev = io.slots.tag(slot).map_or(0, |(d, _)| d.index() as u16);
+            pending.slots[usize::from(slot)] = SlotIo {
+                dev,
+                len,
+                rw: true,
+                kind: IoKind::Write,
+                started: Instant::now(),
+                zero: None,
+            };
+            pending.record(slot, false, 0);
             io.commit(slot, -errno, None);
             false
         }
     }
 }
 
-/// Starts the ublk command in slot `slot` on the path for LUN `lun` of geometry `geo`, or completes it at once with its error.
+/// Starts the ublk command in slot `slot` on the path for LUN `lun` of geometry `geo`, or
+/// completes it at once with its error.
 fn start_io(
     io: &mut UblkIo,
     path: &mut Path<Relogin>,
@@ -612,7 +736,7 @@ fn start_io(
     (lun, geo): (ScsiLun, Geometry),
     slot: u16,
 ) {
-    let Some(iod) = io.iod(slot) else {
+    let (Some(iod), Some((dev, _))) = (io.iod(slot), io.slots.tag(slot)) else {
         return;
     };
     let (op, flags) = (iod.op(), iod.op_flags);
@@ -637,6 +761,7 @@ fn start_io(
     };
     let idx = usize::from(slot);
     pending.slots[idx] = SlotIo {
+        dev: dev.index() as u16,
         len,
         rw: matches!(block_op, Some(BlockOp::Read | BlockOp::Write { .. })),
         kind: match block_op {
@@ -664,7 +789,7 @@ fn start_io(
 
 /// Completes the ublk command in slot `slot` at once with `errno` (nothing of it is out on the path).
 fn fail_now(io: &mut UblkIo, path: &Path<Relogin>, pending: &mut Pending, slot: u16, errno: i32) {
-    let t = pending.slots[usize::from(slot)];
-    pending.io.record(t.kind, t.len, false, 0);
-    io.commit(slot, -errno, commit_span(path.bufs(), slot, t.kind, -errno));
+    let kind = pending.slots[usize::from(slot)].kind;
+    pending.record(slot, false, 0);
+    io.commit(slot, -errno, commit_span(path.bufs(), slot, kind, -errno));
 }

@@ -30,6 +30,22 @@ pub(super) struct SlotsFull {
 /// The most slots a path has: its tags are 16 bits.
 const MAX_SLOTS: usize = u16::MAX as usize;
 
+/// The slots devices of these depths take together (the path's depth), if a path holds them.
+pub(super) fn total(depths: impl Iterator<Item = u16>) -> Result<u16, SlotsFull> {
+    let mut have = 0usize;
+    for asked in depths {
+        if have + usize::from(asked) > MAX_SLOTS {
+            return Err(SlotsFull {
+                max: MAX_SLOTS,
+                have,
+                asked,
+            });
+        }
+        have += usize::from(asked);
+    }
+    Ok(have as u16)
+}
+
 impl SlotMap {
     /// Gives device `dev` (a queue of `depth` tags) the next `depth` slots; returns the first.
     pub(super) fn add(&mut self, dev: Dev, depth: u16) -> Result<u16, SlotsFull> {
@@ -126,5 +142,17 @@ mod tests {
             "a queue serves at most 65535 requests at once: 61440 taken, 4096 more asked for"
         );
         assert_eq!(map.len(), 61440);
+    }
+
+    #[test]
+    fn depths_together_fit_the_path_or_say_what_does_not() {
+        assert_eq!(total([64, 64, 128].into_iter()).expect("fits"), 256);
+        assert_eq!(total(std::iter::empty()).expect("none"), 0);
+        let e = total([u16::MAX, 1].into_iter()).expect_err("one too many");
+        assert_eq!((e.have, e.asked), (usize::from(u16::MAX), 1));
+        assert!(
+            e.to_string().contains("65535 taken, 1 more asked for"),
+            "{e}"
+        );
     }
 }
