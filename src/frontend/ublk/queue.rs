@@ -119,8 +119,8 @@ impl Pending {
     }
 }
 
-/// A slot's command: its device (the ring's index), its length, whether its result is a byte count, its kind and when it came,
-/// and for a WRITE_ZEROES, how far it got.
+/// A slot's command: its device (the ring's index), its length, whether its result is a byte
+/// count, its kind and when it came, and for a WRITE_ZEROES, how far it got.
 #[derive(Clone, Copy)]
 struct SlotIo {
     dev: u16,

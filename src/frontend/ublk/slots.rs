@@ -30,19 +30,22 @@ pub(super) struct SlotsFull {
 /// The most slots a path has: its tags are 16 bits.
 const MAX_SLOTS: usize = u16::MAX as usize;
 
-/// The slots devices of these depths take together (the path's depth), if a path holds them.
-pub(super) fn total(depths: impl Iterator<Item = u16>) -> Result<u16, SlotsFull> {
-    let mut have = 0usize;
-    for asked in depths {
-        if have + usize::from(asked) > MAX_SLOTS {
-            return Err(SlotsFull {
-                max: MAX_SLOTS,
-                have,
-                asked,
-            });
-        }
-        have += usize::from(asked);
+/// `have` slots taken and `asked` more: the slots taken then, if a path holds them.
+fn grow(have: usize, asked: u16) -> Result<usize, SlotsFull> {
+    let now = have + usize::from(asked);
+    if now > MAX_SLOTS {
+        return Err(SlotsFull {
+            max: MAX_SLOTS,
+            have,
+            asked,
+        });
     }
+    Ok(now)
+}
+
+/// The slots devices of these depths take together (the path's depth), if a path holds them.
+pub(super) fn total(mut depths: impl Iterator<Item = u16>) -> Result<u16, SlotsFull> {
+    let have = depths.try_fold(0, grow)?;
     Ok(have as u16)
 }
 
@@ -50,13 +53,7 @@ impl SlotMap {
     /// Gives device `dev` (a queue of `depth` tags) the next `depth` slots; returns the first.
     pub(super) fn add(&mut self, dev: Dev, depth: u16) -> Result<u16, SlotsFull> {
         let have = self.owner.len();
-        if have + usize::from(depth) > MAX_SLOTS {
-            return Err(SlotsFull {
-                max: MAX_SLOTS,
-                have,
-                asked: depth,
-            });
-        }
+        grow(have, depth)?;
         let base = have as u16;
         let idx = dev.index();
         if self.ranges.len() <= idx {
