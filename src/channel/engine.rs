@@ -138,6 +138,9 @@ pub struct Channel<T: Transport> {
     /// CRED_RSP / AER_RSP / I_LOGOUT waiting for an extra slot (a burst of target requests).
     small_pending: VecDeque<[u8; 16]>,
     busy: u16,
+    /// Commands sent and not answered: at most `send_depth`, what the login's receive ring and
+    /// send queue were sized for, however many tags the channel holds and credits it has.
+    on_wire: u16,
     down: Option<DownReason>,
     /// While down, new commands wait (for a reconnect) instead of being refused.
     hold: bool,
@@ -198,6 +201,7 @@ impl<T: Transport> Channel<T> {
             extra_free: (cfg.cmd_slots()..cfg.send_slots()).rev().collect(),
             small_pending: VecDeque::with_capacity(SMALL_PENDING_MAX),
             busy: 0,
+            on_wire: 0,
             down: None,
             hold: false,
             wcs: vec![
@@ -305,11 +309,11 @@ impl<T: Transport> Channel<T> {
         {
             if let Err(e) = self.send_cmd(tag) {
                 self.set_down(DownReason::Transport(e));
-                self.tags[usize::from(tag)].state = TagState::Waiting;
+                self.set_state(tag, TagState::Waiting);
                 self.waiting.push_back(tag);
             }
         } else {
-            self.tags[usize::from(tag)].state = TagState::Waiting;
+            self.set_state(tag, TagState::Waiting);
             self.waiting.push_back(tag);
             if self.paused().is_some() && self.down.is_none() {
                 // another LUN's command goes past the reset's held ones
@@ -319,18 +323,13 @@ impl<T: Transport> Channel<T> {
             // the channel is down or its LUN is being reset is neither
             let e = &self.tags[usize::from(tag)];
             if self.down.is_none() && e.state == TagState::Waiting && !self.held(tag) {
-                if self.req_lim > 1 && !self.slots.any_free() {
+                if self.req_lim > 1 && !self.sends_free() {
                     self.stats.slot_stalls += 1;
                 } else {
                     self.stats.credit_stalls += 1;
                 }
             }
         }
-    }
-
-    /// A credit beyond the one kept for task management and a free send slot.
-    fn can_send(&self) -> bool {
-        self.req_lim > 1 && self.slots.any_free()
     }
 
     /// The logical unit a LOGICAL UNIT RESET is out for: nothing new is sent to it until the
@@ -428,8 +427,9 @@ impl<T: Transport> Channel<T> {
         self.lone = lone.then_some(tag);
         self.take_credit();
         self.stats.cmds += 1;
+        self.set_state(tag, TagState::InFlight);
         let e = &mut self.tags[idx];
-        (e.state, e.sent) = (TagState::InFlight, self.now);
+        e.sent = self.now;
         (e.slot, e.signalled) = (Some(slot), signal);
         Ok(())
     }
@@ -465,12 +465,6 @@ impl<T: Transport> Channel<T> {
             return false;
         }
         true
-    }
-
-    /// One credit spent on a request (SRP_CMD or SRP_TSK_MGMT).
-    fn take_credit(&mut self) {
-        self.req_lim -= 1;
-        self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
     }
 
     /// Sends SRP_I_LOGOUT (the target may ignore it; LIO does). Costs no credit.
@@ -653,25 +647,6 @@ impl<T: Transport> Channel<T> {
         }
     }
 
-    fn add_credits(&mut self, delta: i32) {
-        let sum = self.req_lim.saturating_add(delta);
-        // more credits than any target grants: a buggy or hostile target; what we send is bounded
-        // by our tags anyway, so keep the count sane and say so
-        self.req_lim = sum.min(MAX_REQ_LIM);
-        if sum > MAX_REQ_LIM {
-            if let Some(n) = self.noisy.allow(std::time::Instant::now()) {
-                tracing::warn!(
-                    "the target granted {delta} credits, which would make req_lim {sum}: kept at \
-                     {MAX_REQ_LIM} ({n} more target requests left out of the log since the last line)"
-                );
-            }
-        }
-        if delta < 0 {
-            // a target may take credits back; only then can the low-water mark move
-            self.stats.min_req_lim = self.stats.min_req_lim.min(self.req_lim);
-        }
-    }
-
     fn on_rsp(&mut self, srp_tag: u64, info: RspInfo, done: &mut dyn FnMut(Done)) {
         if srp_tag & TMF_TAG != 0 {
             return self.on_tmf_rsp(srp_tag, info);
@@ -727,9 +702,8 @@ impl<T: Transport> Channel<T> {
                 self.t.close_window(tag);
                 let e = &mut self.tags[idx];
                 e.retries = e.retries.saturating_add(1);
-                e.state = TagState::Delayed {
-                    until: self.now + delay,
-                };
+                let until = self.now + delay;
+                self.set_state(tag, TagState::Delayed { until });
                 self.stats.delayed_retries += 1;
                 self.next_due = self.next_due.min(self.now + delay);
                 return;
@@ -744,7 +718,7 @@ impl<T: Transport> Channel<T> {
         if retry && e.retries < self.cfg.max_retries && self.down.is_none() {
             e.retries += 1;
             self.stats.retries += 1;
-            e.state = TagState::Idle;
+            self.set_state(tag, TagState::Idle);
             self.start(tag);
             return;
         }
@@ -759,7 +733,7 @@ impl<T: Transport> Channel<T> {
 
     fn complete(&mut self, tag: u16, outcome: CmdOutcome, done: &mut dyn FnMut(Done)) {
         self.t.close_window(tag);
-        self.tags[usize::from(tag)].state = TagState::Idle;
+        self.set_state(tag, TagState::Idle);
         self.busy -= 1;
         self.stats.completed += 1;
         done(Done { tag, outcome });
@@ -775,6 +749,7 @@ enum Recv {
 }
 
 mod config;
+mod credits;
 mod outcome;
 mod relogin;
 mod segments;

@@ -13,7 +13,7 @@ use srp_ublk::frontend::ublk::{
 };
 use srp_ublk::session::state::{DeviceState, QueueState};
 use srp_ublk::session::timers::{TimerError, Timers};
-use srp_ublk::session::{detached_channels, Relogin, Session};
+use srp_ublk::session::{detached_channels, LunInfo, Relogin, Session};
 use srp_ublk::wire::target::TargetSpec;
 
 use super::LunSel;
@@ -75,6 +75,16 @@ pub struct AddArgs {
     /// Take over device -n N, left quiesced by a daemon that died (what `srp-ublk recover` runs).
     #[arg(long, hide = true)]
     pub recover: bool,
+    /// With --recover and several LUNs: each LUN's device id, in the order of --lun (the devices
+    /// a target port's daemon served together).
+    #[arg(
+        long,
+        hide = true,
+        value_delimiter = ',',
+        requires = "recover",
+        conflicts_with = "id"
+    )]
+    pub ids: Vec<u32>,
     /// With --recover: the previous image of this daemon left because its RDMA device was being
     /// removed, its channels down since this time (ms since the epoch). The device is taken over
     /// from its state file, without a login; the channels log in as they reconnect.
@@ -149,7 +159,7 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     check_ublk()?;
-    if a.recover && a.id.is_none() {
+    if a.recover && a.id.is_none() && a.ids.is_empty() {
         bail!("--recover needs the device id: -n N");
     }
     if let Some(t) = &target {
@@ -159,7 +169,7 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
             _ => None,
         };
         if let Some(luns) = luns {
-            return add_each(&a, &luns);
+            return super::port::add(&a, t, &luns, is_daemon);
         }
         a.session.single_lun(Some(t))?;
     }
@@ -190,36 +200,6 @@ fn all_luns(t: &TargetSpec, timeout: u64) -> anyhow::Result<Vec<u64>> {
         );
     }
     Ok(luns)
-}
-
-/// `add` for several LUNs: one daemon and device per LUN, one after the other (each logs in to the
-/// nexus the earlier ones hold with MULTI); stops at the first failure, keeping what came up.
-fn add_each(a: &AddArgs, luns: &[u64]) -> anyhow::Result<()> {
-    if a.foreground || a.recover || a.id.is_some() {
-        bail!("several LUNs make several devices, each with its own daemon: drop --foreground, --recover and -n");
-    }
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    for (i, &lun) in luns.iter().enumerate() {
-        let mut args = without_lun(&argv);
-        args.push("--lun".into());
-        args.push(lun.to_string().into());
-        match spawn_daemon(&args, a.session.timeout, Announce::json_if(a.json)) {
-            Ok(()) => {}
-            // the LUNs before it are attached and stay: a partial success, said as such
-            Err(e) if i > 0 => {
-                return Err(super::status::failed(
-                    super::status::Exit::Partial,
-                    format!(
-                        "{i} of {} LUNs attached, then LUN {lun} failed: {e:#}; the attached \
-                         ones stay (srp-ublk list)",
-                        luns.len()
-                    ),
-                ))
-            }
-            Err(e) => return Err(e.context(format!("LUN {lun}"))),
-        }
-    }
-    Ok(())
 }
 
 /// `argv` without its `--lun X` / `--lun=X`.
@@ -254,15 +234,18 @@ pub fn check_ublk() -> anyhow::Result<()> {
 /// stdout for the parent `add`, then detach stdout.
 fn daemon(a: AddArgs, target: Option<TargetSpec>, notify: bool) -> anyhow::Result<()> {
     let r = serve(&a, target.as_ref(), notify);
-    if let Err(e) = &r {
-        if notify {
-            // `add` may be gone (interrupted): a closed pipe is not this daemon's error
-            let status = super::status::exit_of(e) as u8;
-            let _ = writeln!(std::io::stdout(), "ERROR {status} {e:#}");
-            let _ = std::io::stdout().flush();
-        }
+    if let (Err(e), true) = (&r, notify) {
+        report_failure(e);
     }
     r
+}
+
+/// The daemon's ERROR line for the `add` waiting on its pipe.
+pub(super) fn report_failure(e: &anyhow::Error) {
+    // `add` may be gone (interrupted): a closed pipe is not this daemon's error
+    let status = super::status::exit_of(e) as u8;
+    let _ = writeln!(std::io::stdout(), "ERROR {status} {e:#}");
+    let _ = std::io::stdout().flush();
 }
 
 fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Result<()> {
@@ -275,21 +258,8 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
         (Some(t), None) => srp_source(a, t)?,
         (None, _) => demo_source(a)?,
     };
-    state.pid = std::process::id();
-    state.pid_start = srp_ublk::session::state::ProcStat::own().map(|s| s.start);
     super::daemon::protect_from_reclaim();
-    state.owner = a.owner.clone();
-    state.image_started = epoch_ms(SystemTime::now());
-    state.poll = format!("{:?}", a.poll).to_lowercase();
-    state.timers = Some(a.timers()?);
-    state.log = std::env::var(LOG_ENV).unwrap_or_else(|_| {
-        if super::logging::stderr_is_journal() {
-            JOURNAL_LOG.into()
-        } else {
-            String::new()
-        }
-    });
-    state.unit = srp_ublk::session::state::own_unit();
+    daemon_fields(a, &mut state)?;
     let status: Arc<Vec<QueueStatus>> = Arc::new(
         (0..state.queues.len())
             .map(|_| QueueStatus::default())
@@ -309,24 +279,9 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     let cap = uopts.capacity.clone();
     let on_live = move |info: LiveInfo| {
         super::logging::name_lines(&format!("ublkb{}", info.dev_id));
-        state.dev_id = info.dev_id;
-        state.bdev = info.bdev.clone();
-        refresh(&mut state, &st2, &cap);
-        if let Err(e) = state.write() {
-            tracing::warn!(
-                "cannot write {}: {e}",
-                DeviceState::path(info.dev_id).display()
-            );
-        }
-        // udev saw the disk appear before this state file existed: let it look again, so
-        // udev/60-srp-ublk.rules can name it (`srp-ublk udev-id`)
-        let uevent = format!("/sys/class/block/ublkb{}/uevent", info.dev_id);
-        if let Err(e) = std::fs::write(&uevent, "change") {
-            tracing::debug!("cannot write {uevent}: {e}");
-        }
-        tracing::info!("{} is live (ublk device {})", info.bdev, info.dev_id);
-        announce(&info, notify);
-        spawn_signal_thread(sigs, info.dev_id, cap.clone());
+        record_live(&mut state, &info, &st2, &cap);
+        announce(&info, notify, true);
+        spawn_signal_thread(sigs, vec![(info.dev_id, cap.clone())]);
         spawn_state_refresher(state, st2, cap, info.dev_id);
     };
     let r = front::serve(source, uopts, status, on_live);
@@ -339,9 +294,55 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
     Ok(())
 }
 
+/// A device went live: its state file written (its id, node and first counters), and udev asked
+/// to look at it again.
+pub(super) fn record_live(
+    state: &mut DeviceState,
+    info: &LiveInfo,
+    status: &[QueueStatus],
+    cap: &CapacityStatus,
+) {
+    state.dev_id = info.dev_id;
+    state.bdev = info.bdev.clone();
+    refresh(state, status, cap);
+    if let Err(e) = state.write() {
+        tracing::warn!(
+            "cannot write {}: {e}",
+            DeviceState::path(info.dev_id).display()
+        );
+    }
+    // udev saw the disk appear before this state file existed: let it look again, so
+    // udev/60-srp-ublk.rules can name it (`srp-ublk udev-id`)
+    let uevent = format!("/sys/class/block/ublkb{}/uevent", info.dev_id);
+    if let Err(e) = std::fs::write(&uevent, "change") {
+        tracing::debug!("cannot write {uevent}: {e}");
+    }
+    tracing::info!("{} is live (ublk device {})", info.bdev, info.dev_id);
+}
+
+/// What a daemon writes into each of its devices' state files about itself: its process, how it
+/// was started, its timers and log.
+pub(super) fn daemon_fields(a: &AddArgs, state: &mut DeviceState) -> anyhow::Result<()> {
+    state.pid = std::process::id();
+    state.pid_start = srp_ublk::session::state::ProcStat::own().map(|s| s.start);
+    state.owner = a.owner.clone();
+    state.image_started = epoch_ms(SystemTime::now());
+    state.poll = format!("{:?}", a.poll).to_lowercase();
+    state.timers = Some(a.timers()?);
+    state.log = std::env::var(LOG_ENV).unwrap_or_else(|_| {
+        if super::logging::stderr_is_journal() {
+            JOURNAL_LOG.into()
+        } else {
+            String::new()
+        }
+    });
+    state.unit = srp_ublk::session::state::own_unit();
+    Ok(())
+}
+
 /// Blocks the signals the device's signal thread waits for (every thread inherits the mask):
 /// SIGTERM/SIGINT stop the device, SIGHUP re-reads the capacity, SIGUSR2 upgrades.
-fn block_signals() -> anyhow::Result<nix::sys::signal::SigSet> {
+pub(super) fn block_signals() -> anyhow::Result<nix::sys::signal::SigSet> {
     let mut sigs = nix::sys::signal::SigSet::empty();
     for s in [
         nix::sys::signal::SIGTERM,
@@ -357,34 +358,47 @@ fn block_signals() -> anyhow::Result<nix::sys::signal::SigSet> {
 
 /// Tells whoever started the device that it is live: `add`'s READY line on the daemon's pipe
 /// (then the pipe is let go), or the device's name on stdout when run in the foreground.
-fn announce(info: &LiveInfo, notify: bool) {
+/// With `last` false, more devices of this daemon are to come and the pipe stays.
+pub(super) fn announce(info: &LiveInfo, notify: bool, last: bool) {
     if notify {
         let ready = serde_json::to_string(info).unwrap_or_default();
         let _ = writeln!(std::io::stdout(), "READY {ready}");
         let _ = std::io::stdout().flush();
-        detach_stdout();
+        if last {
+            detach_stdout();
+        }
     } else {
         println!("{}", info.bdev);
         let _ = std::io::stdout().flush();
     }
 }
 
-/// The device's signal thread: SIGHUP (`srp-ublk resize`) re-reads the capacity, SIGUSR2 (`srp-ublk
-/// upgrade`) re-executes the daemon, SIGTERM/SIGINT stop the device.
-fn spawn_signal_thread(sigs: nix::sys::signal::SigSet, dev_id: u32, cap: Arc<CapacityStatus>) {
+/// The daemon's signal thread, for its devices (each id with its capacity checks): SIGHUP
+/// (`srp-ublk resize`) re-reads the capacities, SIGUSR2 (`srp-ublk upgrade`) re-executes the
+/// daemon, SIGTERM/SIGINT stop the devices.
+pub(super) fn spawn_signal_thread(
+    sigs: nix::sys::signal::SigSet,
+    devices: Vec<(u32, Arc<CapacityStatus>)>,
+) {
     std::thread::spawn(move || loop {
         match sigs.wait() {
             Ok(nix::sys::signal::SIGHUP) => {
-                // `srp-ublk resize`: re-read the LUN's capacity
-                tracing::info!("SIGHUP: checking the LUN's capacity");
-                cap.check.store(true, Relaxed);
+                // `srp-ublk resize`: re-read the LUNs' capacities
+                tracing::info!("SIGHUP: checking the capacity of each LUN");
+                for (_, cap) in &devices {
+                    cap.check.store(true, Relaxed);
+                }
             }
             // `srp-ublk upgrade`: returns only if the new image could not be started
-            Ok(nix::sys::signal::SIGUSR2) => re_exec(dev_id),
+            Ok(nix::sys::signal::SIGUSR2) => {
+                re_exec(&devices.iter().map(|d| d.0).collect::<Vec<_>>())
+            }
             Ok(sig) => {
-                tracing::info!("{sig:?}: stopping ublk device {dev_id}");
-                if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(dev_id as i32) {
-                    let _ = c.kill_dev();
+                for (dev_id, _) in &devices {
+                    tracing::info!("{sig:?}: stopping ublk device {dev_id}");
+                    if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(*dev_id as i32) {
+                        let _ = c.kill_dev();
+                    }
                 }
                 return;
             }
@@ -395,7 +409,7 @@ fn spawn_signal_thread(sigs: nix::sys::signal::SigSet, dev_id: u32, cap: Arc<Cap
 
 /// Rewrites the state file every 2 s (queue states and counters for `list` and `stats`) until
 /// it is removed.
-fn spawn_state_refresher(
+pub(super) fn spawn_state_refresher(
     mut state: DeviceState,
     status: Arc<Vec<QueueStatus>>,
     cap: Arc<CapacityStatus>,
@@ -403,12 +417,25 @@ fn spawn_state_refresher(
 ) {
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_secs(2));
-        if !DeviceState::path(dev_id).exists() {
+        // a device deleted meanwhile (`forget`) is not written back
+        let gone = DELETED.lock().unwrap_or_else(|e| e.into_inner());
+        if gone.contains(&dev_id) || !DeviceState::path(dev_id).exists() {
             return;
         }
         refresh(&mut state, &status, &cap);
         let _ = state.write();
     });
+}
+
+/// The devices this daemon deleted while it serves others, whose state files stay removed.
+static DELETED: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes the state file of device `dev_id`, which this daemon deleted while it goes on serving
+/// others, so that its state refresher does not write it again.
+pub(super) fn forget(dev_id: u32) {
+    let mut gone = DELETED.lock().unwrap_or_else(|e| e.into_inner());
+    gone.push(dev_id);
+    DeviceState::remove(dev_id);
 }
 
 /// Replaces this daemon's image with one that takes `/dev/ublkb<dev_id>` over (see [`OnRemoved`]):
@@ -453,18 +480,28 @@ fn hand_over(dev_id: u32, since: SystemTime) {
 }
 
 /// `srp-ublk upgrade`: replaces this daemon's image with the binary installed where it was started
-/// from, running `add --recover` of its device (built from the state file as `recover` builds it).
-/// Every descriptor closes with the old image, so ublk quiesces the device with its I/O queued and
-/// the target sees the channels go; the new image logs in and recovers the device, and ublk issues
-/// the I/O again. Returns (logging why) only if the new image could not be started.
-fn re_exec(dev_id: u32) {
-    let d = match DeviceState::read(&DeviceState::path(dev_id)) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::error!("upgrade of /dev/ublkb{dev_id} refused: its state file: {e}");
-            return;
+/// from, running `add --recover` of its devices `ids` (built from their state files as `recover`
+/// builds it: one device, or every LUN's of a target port). Every descriptor closes with the old
+/// image, so ublk quiesces the devices with their I/O queued and the target sees the channels go;
+/// the new image logs in and recovers the devices, and ublk issues the I/O again. Returns
+/// (logging why) only if the new image could not be started.
+fn re_exec(ids: &[u32]) {
+    let mut devs = Vec::with_capacity(ids.len());
+    for &dev_id in ids {
+        match DeviceState::read(&DeviceState::path(dev_id)) {
+            Ok(d) => devs.push(d),
+            Err(e) => {
+                return tracing::error!(
+                    "upgrade of /dev/ublkb{dev_id} refused: its state file: {e}"
+                )
+            }
         }
-    };
+    }
+    let names = ids
+        .iter()
+        .map(|i| format!("/dev/ublkb{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     // /proc/self/exe names the file this image came from, " (deleted)" once a package replaced it
     let exe = match std::fs::read_link("/proc/self/exe") {
         Ok(p) => {
@@ -472,26 +509,28 @@ fn re_exec(dev_id: u32) {
             std::path::PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s))
         }
         Err(e) => {
-            tracing::error!("upgrade of /dev/ublkb{dev_id} refused: /proc/self/exe: {e}");
+            tracing::error!("upgrade of {names} refused: /proc/self/exe: {e}");
             return;
         }
     };
     if !exe.is_file() {
         tracing::error!(
-            "upgrade of /dev/ublkb{dev_id} refused: no binary at {}: this image goes on serving",
+            "upgrade of {names} refused: no binary at {}: this image goes on serving",
             exe.display()
         );
         return;
     }
     tracing::warn!(
-        "upgrade: /dev/ublkb{dev_id} goes over to the binary at {} (same pid {})",
+        "upgrade: {names} go over to the binary at {} (same pid {})",
         exe.display(),
         std::process::id()
     );
     use std::os::unix::process::CommandExt;
-    let err = Command::new(&exe).args(super::recover::argv(&d)).exec();
+    let err = Command::new(&exe)
+        .args(super::recover::port_argv(&devs))
+        .exec();
     tracing::error!(
-        "upgrade of /dev/ublkb{dev_id}: exec {} failed ({err}); this image goes on serving",
+        "upgrade of {names}: exec {} failed ({err}); this image goes on serving",
         exe.display()
     );
 }
@@ -561,16 +600,17 @@ fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, D
         session.lun.fua,
         session.lun.read_only
     );
-    let state = session_state(target, &session);
+    let state = session_state(target, &session, &session.lun);
     if a.recover {
-        same_lun_as_before(a, target, &state)?;
+        let id = a.id.context("--recover needs the device id: -n N")?;
+        same_lun_as_before(id, target, &state)?;
     }
     Ok((UblkSource::Srp(Box::new(session)), state))
 }
 
-/// The state file's view of a device served by `session`, before it goes live.
-fn session_state(target: &TargetSpec, session: &Session) -> DeviceState {
-    let lun = &session.lun;
+/// The state file's view of the device of `lun` (one of `session`'s LUNs), before it goes
+/// live.
+pub(super) fn session_state(target: &TargetSpec, session: &Session, lun: &LunInfo) -> DeviceState {
     DeviceState {
         target: target.to_string(),
         lun: lun.lun,
@@ -585,7 +625,7 @@ fn session_state(target: &TargetSpec, session: &Session) -> DeviceState {
         wwid: lun.wwid.clone(),
         rdma_device: session.rdma_device.clone(),
         geometry: Some(lun.geometry()),
-        max_io: session.ublk_max_io(),
+        max_io: session.lun_max_io(lun),
         queues: session
             .channels
             .iter()
@@ -604,8 +644,11 @@ fn session_state(target: &TargetSpec, session: &Session) -> DeviceState {
 
 /// A recovery serves the LUN the device served before: its I/O must not move to another disk
 /// because the target's LUN mapping changed.
-fn same_lun_as_before(a: &AddArgs, target: &TargetSpec, state: &DeviceState) -> anyhow::Result<()> {
-    let id = a.id.context("--recover needs the device id: -n N")?;
+pub(super) fn same_lun_as_before(
+    id: u32,
+    target: &TargetSpec,
+    state: &DeviceState,
+) -> anyhow::Result<()> {
     if let Ok(old) = DeviceState::read(&DeviceState::path(id)) {
         old.same_lun(state).with_context(|| {
             format!(
@@ -621,7 +664,7 @@ fn same_lun_as_before(a: &AddArgs, target: &TargetSpec, state: &DeviceState) -> 
 
 /// Whether a live srp-ublk device (another LUN of the target, say) has channels in the nexus a
 /// login to `target` would join.
-fn nexus_in_use(target: &TargetSpec) -> bool {
+pub(super) fn nexus_in_use(target: &TargetSpec) -> bool {
     DeviceState::of_nexus(target)
         .iter()
         .any(|d| d.pid != std::process::id() && d.daemon_alive())
@@ -668,7 +711,7 @@ fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {
     ))
 }
 
-fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus) {
+pub(super) fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &CapacityStatus) {
     let bytes = cap.bytes.load(Relaxed);
     if bytes > 0 {
         state.size = bytes;

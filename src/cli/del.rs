@@ -62,6 +62,9 @@ fn nodes_gone(d: &DeviceState) -> bool {
 /// at once.
 pub(crate) fn del_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
+    if daemon::alive(d) && !siblings(d).is_empty() {
+        return del_of_port(d, deadline, timeout);
+    }
     if daemon::alive(d) {
         daemon::signal(d, SIGTERM)?;
         while daemon::alive(d) && Instant::now() < deadline {
@@ -89,6 +92,46 @@ pub(crate) fn del_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<()> 
         d.bdev,
         d.pid,
         if running { "running" } else { "gone" },
+        d.bdev,
+        d.log
+    )
+}
+
+/// The other devices `d`'s daemon serves (the LUNs of one target port), by their state files.
+fn siblings(d: &DeviceState) -> Vec<DeviceState> {
+    DeviceState::all()
+        .into_iter()
+        .filter(|o| o.pid == d.pid && o.pid_start == d.pid_start && o.dev_id != d.dev_id)
+        .collect()
+}
+
+/// Deletes `d`, one of the devices of a daemon that serves others too: the device is stopped
+/// here (as its daemon's SIGTERM would stop them all), and the daemon, whose queues let go of
+/// it, deletes it and its state file while the other devices go on.
+fn del_of_port(d: &DeviceState, deadline: Instant, timeout: Duration) -> anyhow::Result<()> {
+    let Some(c) = daemon::ctrl(d.dev_id) else {
+        bail!(
+            "{}: cannot open its ublk device (is ublk_drv loaded?); its daemon (pid {}) serves \
+             other devices too and is left running",
+            d.bdev,
+            d.pid
+        );
+    };
+    let _ = c.kill_dev();
+    // the daemon removes the state file once it has deleted the device
+    let done = || nodes_gone(d) && !DeviceState::path(d.dev_id).exists();
+    while !done() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if nodes_gone(d) {
+        DeviceState::remove(d.dev_id);
+        return Ok(());
+    }
+    bail!(
+        "{} still present after {timeout:?} (its daemon, pid {}, serves other devices too and \
+         goes on); is it still open? check `fuser -m {}` and the daemon log {}",
+        d.bdev,
+        d.pid,
         d.bdev,
         d.log
     )

@@ -53,7 +53,12 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
 /// The line that sums what the host's srp-ublk devices and exports hold: devices, exports,
 /// channels (one per queue) and the memory their processes pinned (each counted once).
 pub fn host_total(devs: &[DeviceState], exports: &[ExportState]) -> String {
-    let channels: usize = devs.iter().map(|d| d.queues.len()).sum::<usize>()
+    // the devices of one target port's daemon share its channels
+    let mut dev_channels: Vec<(u32, usize)> =
+        devs.iter().map(|d| (d.pid, d.queues.len())).collect();
+    dev_channels.sort_unstable();
+    dev_channels.dedup_by_key(|(pid, _)| *pid);
+    let channels: usize = dev_channels.iter().map(|(_, n)| n).sum::<usize>()
         + exports.iter().map(|e| e.queues.len()).sum::<usize>();
     let mut pinned: Vec<(u32, u64)> = devs
         .iter()
@@ -267,5 +272,29 @@ fn print_device(d: &DeviceState) {
     }
     for q in &d.queues {
         print_queue(d.pid, &d.rdma_device, q);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_daemons_devices_count_its_channels_and_memory_once() {
+        let dev = |pid, queues| DeviceState {
+            pid,
+            queues: vec![Default::default(); queues],
+            memory: Some(srp_ublk::rdma::mem::MemCounts {
+                pinned_bytes: 4 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // one daemon serving three LUNs over 2 channels, and a device with a daemon of its own
+        let devs = [dev(10, 2), dev(10, 2), dev(10, 2), dev(20, 1)];
+        assert_eq!(
+            host_total(&devs, &[]),
+            "total 4 device(s), 0 export(s), 3 channel(s), 8.0 MiB pinned"
+        );
     }
 }

@@ -105,7 +105,7 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "srp-ublk add --target \"id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555\"",
             ),
             (
-                "One device per LUN the target reports, 4 queues each:",
+                "One device per LUN the target reports, all over the port's 4 channels:",
                 "srp-ublk add --target \"$T\" --lun all --queues 4",
             ),
             (

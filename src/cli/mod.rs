@@ -12,6 +12,7 @@ pub mod list;
 pub mod logfile;
 pub mod logging;
 pub mod manual;
+mod port;
 pub mod recover;
 mod report;
 pub mod resize;
@@ -35,8 +36,8 @@ use std::time::Duration;
 #[derive(Debug, Args, Clone)]
 pub struct SessionArgs {
     /// The LUN to serve (default: the target string's lun=, else 0). `add` also takes a list
-    /// ("0,2") or "all" (every LUN the target reports, as ib_srp attaches them): one device, with
-    /// its own daemon and channels, per LUN.
+    /// ("0,2") or "all" (every LUN the target reports, as ib_srp attaches them): one device per
+    /// LUN, all served by one daemon over the target port's channels.
     #[arg(long, value_parser = parse_lun_sel, value_name = "N|N,M,...|all")]
     pub lun: Option<LunSel>,
     /// SRP channels: ublk queues for `add`; for `serve`, NBD connections served at once or
@@ -141,12 +142,27 @@ impl SessionArgs {
         }
     }
 
+    /// As session options for the LUNs of one target port, each a device over the same
+    /// channels (`luns` is not empty).
+    pub fn port_options(&self, luns: &[u64]) -> SessionOptions {
+        SessionOptions {
+            channels: self.queues,
+            depth: self.depth,
+            lun: luns.first().copied().unwrap_or(0),
+            more_luns: luns.iter().skip(1).copied().collect(),
+            timeout: Duration::from_secs(self.timeout),
+            share_nexus: false,
+            max_segments: 1,
+        }
+    }
+
     /// As session options for one LUN.
     pub fn options(&self, target: Option<&TargetSpec>) -> anyhow::Result<SessionOptions> {
         Ok(SessionOptions {
             channels: self.queues,
             depth: self.depth,
             lun: self.single_lun(target)?,
+            more_luns: Vec::new(),
             timeout: Duration::from_secs(self.timeout),
             share_nexus: false,
             max_segments: 1,

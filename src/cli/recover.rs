@@ -64,43 +64,86 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut report = super::report::Report::new(a.json);
-    for d in &devs {
-        match recover_one(d, a.timeout, a.json) {
-            // the daemon's READY line said it (the device, or its JSON)
-            Ok(()) => report.done(&d.bdev, String::new(), serde_json::json!({})),
-            Err(e) => report.failed(&d.bdev, e.context(format!("recovering {}", d.bdev))),
+    for group in by_daemon(devs) {
+        let name = group
+            .iter()
+            .map(|d| d.bdev.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        match recover_together(&group, a.timeout, a.json) {
+            // the daemon's READY lines said it (the devices, or their JSON)
+            Ok(()) => report.done(&name, String::new(), serde_json::json!({})),
+            Err(e) => report.failed(&name, e.context(format!("recovering {name}"))),
         }
     }
     report.finish("recovered")
 }
 
-/// Starts a daemon that takes `d` over (its own daemon is gone); returns once it is live.
-pub(crate) fn recover_one(d: &DeviceState, timeout: u64, json: bool) -> anyhow::Result<()> {
+/// The devices by the daemon that served them: the devices of one target port's daemon are taken
+/// over together, by one new daemon over one set of channels.
+pub(crate) fn by_daemon(devs: Vec<DeviceState>) -> Vec<Vec<DeviceState>> {
+    let mut groups: Vec<Vec<DeviceState>> = Vec::new();
+    for d in devs {
+        let same = |g: &Vec<DeviceState>| {
+            g.first().is_some_and(|f| {
+                f.pid == d.pid && f.pid_start == d.pid_start && f.target == d.target
+            })
+        };
+        match groups.iter_mut().find(|g| same(g)) {
+            Some(g) => g.push(d),
+            None => groups.push(vec![d]),
+        }
+    }
+    groups
+}
+
+/// Starts one daemon that takes `devs` over (one device, or those one target port's daemon
+/// served); returns once every one is live.
+pub(crate) fn recover_together(
+    devs: &[DeviceState],
+    timeout: u64,
+    json: bool,
+) -> anyhow::Result<()> {
     let out = if json {
         Announce::Quiet
     } else {
         Announce::Path
     };
-    super::spawn::spawn_daemon(&argv(d), timeout, out)
+    super::spawn::spawn_port_daemon(&port_argv(devs), timeout, out, devs.len())
 }
 
 /// The `add` command line that serves `d` again: same target, LUN, queues, depth, completion mode
 /// and timers, taking over its device id.
 pub(crate) fn argv(d: &DeviceState) -> Vec<OsString> {
+    port_argv(std::slice::from_ref(d))
+}
+
+/// The `add --recover` command line that takes devices `devs` over in one daemon: one device, or
+/// the devices of every LUN of one target port (a daemon that served them together), each LUN
+/// with its device id (`--ids`, in the order of `--lun`). Empty for no device.
+pub(crate) fn port_argv(devs: &[DeviceState]) -> Vec<OsString> {
+    let Some(d) = devs.first() else {
+        return Vec::new();
+    };
+    let join =
+        |f: &dyn Fn(&DeviceState) -> String| devs.iter().map(f).collect::<Vec<_>>().join(",");
     let mut v: Vec<String> = vec![
         "add".into(),
         "--target".into(),
         d.target.clone(),
         "--lun".into(),
-        d.lun.to_string(),
+        join(&|d| d.lun.to_string()),
         "--queues".into(),
         d.queues.len().to_string(),
         "--depth".into(),
         d.depth.to_string(),
-        "-n".into(),
-        d.dev_id.to_string(),
-        "--recover".into(),
     ];
+    if devs.len() == 1 {
+        v.extend(["-n".into(), d.dev_id.to_string()]);
+    } else {
+        v.extend(["--ids".into(), join(&|d| d.dev_id.to_string())]);
+    }
+    v.push("--recover".into());
     if let Some(o) = &d.owner {
         v.extend(["--owner".into(), o.clone()]);
     }
@@ -168,5 +211,36 @@ mod tests {
         };
         assert!(a.recover);
         assert_eq!(a.handover_since, Some(1764580000123));
+    }
+
+    #[test]
+    fn a_port_daemons_devices_are_taken_over_together_each_lun_with_its_id() {
+        let dev = |dev_id, lun, pid| DeviceState {
+            dev_id,
+            target: "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555".into(),
+            lun,
+            depth: 32,
+            pid,
+            queues: vec![Default::default(); 2],
+            ..Default::default()
+        };
+        // two daemons' devices, listed by id: the port daemon's (pid 10) go together
+        let groups = by_daemon(vec![dev(0, 0, 10), dev(1, 5, 20), dev(2, 1, 10)]);
+        let ids: Vec<Vec<u32>> = groups
+            .iter()
+            .map(|g| g.iter().map(|d| d.dev_id).collect())
+            .collect();
+        assert_eq!(ids, [vec![0, 2], vec![1]]);
+        let mut args = vec![OsString::from("srp-ublk")];
+        args.extend(port_argv(&groups[0]));
+        let Command::Add(a) = Cli::try_parse_from(args).unwrap().command else {
+            panic!("not an add")
+        };
+        assert!(a.recover);
+        assert_eq!(a.id, None, "several devices: no -n");
+        assert_eq!(a.ids, [0, 2]);
+        assert_eq!(a.session.lun, Some(crate::cli::LunSel::List(vec![0, 1])));
+        assert_eq!(a.session.queues, Some(2));
+        assert!(port_argv(&[]).is_empty());
     }
 }

@@ -22,6 +22,17 @@ pub fn spawn_daemon(
     login_timeout: u64,
     announce: Announce,
 ) -> anyhow::Result<()> {
+    spawn_port_daemon(argv, login_timeout, announce, 1)
+}
+
+/// [`spawn_daemon`] for a daemon that brings `devices` devices up (a target port's LUNs): waits
+/// for a READY line from each.
+pub fn spawn_port_daemon(
+    argv: &[std::ffi::OsString],
+    login_timeout: u64,
+    announce: Announce,
+    devices: usize,
+) -> anyhow::Result<()> {
     let mut cmd = Command::new(std::env::current_exe().context("cannot find my own executable")?);
     cmd.args(argv)
         .env(DAEMON_ENV, "1")
@@ -58,7 +69,10 @@ pub fn spawn_daemon(
         }
     });
     let limit = Duration::from_secs(login_timeout * 4 + 60);
-    await_ready(&mut child, &rx, limit, &log, announce)
+    for _ in 0..devices.max(1) {
+        await_ready(&mut child, &rx, limit, &log, announce)?;
+    }
+    Ok(())
 }
 
 /// How a live device is announced on stdout.

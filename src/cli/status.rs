@@ -13,7 +13,7 @@ pub enum Exit {
     Failure = 1,
     /// The command line is wrong: an unknown option, a missing or bad value, a bad target string.
     Usage = 2,
-    /// Some of several things were done and some were not (`add --lun all`, `up`, `down`,
+    /// Some of several things were done and some were not (`up`, `down`,
     /// `del --all`, `recover --all`, `upgrade --all`): the message says which.
     Partial = 3,
     /// The device, state file or target file named does not exist.
@@ -40,7 +40,7 @@ impl Exit {
         ),
         (
             Exit::Partial,
-            "some of several devices were handled and some were not (add --lun all, up, down, \
+            "some of several devices were handled and some were not (up, down, \
              del --all, recover --all, upgrade --all); the messages say which",
         ),
         (

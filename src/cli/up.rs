@@ -8,7 +8,7 @@
 //! configured with `lun = all` every `--rescan` seconds and attaches them.
 
 use super::add::{without_lun, AddArgs};
-use super::spawn::{spawn_daemon, Announce};
+use super::spawn::{spawn_port_daemon, Announce};
 use super::{Cli, Command, LunSel};
 use anyhow::{bail, Context};
 use clap::{Args, Parser};
@@ -162,10 +162,12 @@ fn device_of(c: &Conf, lun: u64) -> Option<DeviceState> {
 }
 
 /// Brings every LUN of `c` up (with `quiet`, says nothing of LUNs already up); returns the device
-/// ids.
+/// ids. The LUNs with no device yet get one daemon for all of them (the target port's channels
+/// shared, as `add --lun all` does).
 fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
-    let mut ids = Vec::new();
-    for lun in luns(c)? {
+    let luns = luns(c)?;
+    let (mut missing, mut dead) = (Vec::new(), Vec::new());
+    for &lun in &luns {
         match device_of(c, lun) {
             Some(d) if super::daemon::alive(&d) => {
                 if !quiet {
@@ -177,23 +179,30 @@ fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
                     "{}: LUN {lun}: {} lost its daemon: recovering",
                     c.name, d.bdev
                 );
-                super::recover::recover_one(&d, c.add.session.timeout, false)?;
+                dead.push(d);
             }
-            None => {
-                let conf: Vec<std::ffi::OsString> = c.argv.iter().map(Into::into).collect();
-                let mut argv: Vec<std::ffi::OsString> = vec!["add".into()];
-                argv.extend(without_lun(&conf));
-                argv.extend(["--lun".into(), lun.to_string().into()]);
-                argv.extend(["--owner".into(), c.name.clone().into()]);
-                print!("{}: LUN {lun}: ", c.name);
-                spawn_daemon(&argv, c.add.session.timeout, Announce::Path)?;
-            }
-        }
-        if let Some(d) = device_of(c, lun) {
-            ids.push(d.dev_id);
+            None => missing.push(lun),
         }
     }
-    Ok(ids)
+    // the devices one daemon served are taken over together
+    for group in super::recover::by_daemon(dead) {
+        super::recover::recover_together(&group, c.add.session.timeout, false)?;
+    }
+    if !missing.is_empty() {
+        let list: Vec<String> = missing.iter().map(u64::to_string).collect();
+        let conf: Vec<std::ffi::OsString> = c.argv.iter().map(Into::into).collect();
+        let mut argv: Vec<std::ffi::OsString> = vec!["add".into()];
+        argv.extend(without_lun(&conf));
+        argv.extend(["--lun".into(), list.join(",").into()]);
+        argv.extend(["--owner".into(), c.name.clone().into()]);
+        print!("{}: LUN {}: ", c.name, list.join(", "));
+        spawn_port_daemon(&argv, c.add.session.timeout, Announce::Path, missing.len())?;
+    }
+    Ok(luns
+        .iter()
+        .filter_map(|&lun| device_of(c, lun))
+        .map(|d| d.dev_id)
+        .collect())
 }
 
 /// Runs `up`.

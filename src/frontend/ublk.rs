@@ -8,29 +8,26 @@
 //! when idle it arms the CQ and sleeps in io_uring on a PollAdd of the completion channel fd.
 
 use crate::backend::MemDisk;
-use crate::channel::block::{FuaWrite, Geometry};
+use crate::channel::block::Geometry;
 pub use crate::frontend::status::{LinkState, QueueStatus};
-use crate::path::SessionLink;
-use crate::session::rport::Rport;
 use crate::session::timers::Timers;
-use crate::session::{LunInfo, Relogin, Session, SrpChannel};
-use crate::wire::srp::ScsiLun;
+use crate::session::{Relogin, Session, SrpChannel};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
-use libublk::io::UblkDev;
 use libublk::{sys, UblkFlags};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 mod capacity;
 mod demo;
 mod queue;
+mod requests;
 mod slots;
+mod srp;
 mod zeroing;
 
-use capacity::CapacityWatch;
 use demo::serve_demo;
-use queue::{run_queue, DeviceQueue};
+use srp::{serve_srp, SrpParts};
 
 /// The device's size, kept by its capacity checks (the `capacity` thread): a check runs when a
 /// queue meets CAPACITY DATA HAS CHANGED and when asked (`check`: SIGHUP, `srp-ublk resize`).
@@ -166,71 +163,6 @@ pub enum UblkFrontError {
     },
 }
 
-fn ublk_params(lun: &LunInfo, max_io: u32) -> sys::ublk_params {
-    let bs_shift = lun.block_shift() as u8;
-    let phys = lun
-        .capacity
-        .physical_block_len()
-        .unwrap_or(lun.capacity.block_len);
-    let phys_shift = (phys.trailing_zeros() as u8).clamp(bs_shift, 16);
-    let mut attrs = 0;
-    // the kernel sends FLUSH only to a volatile cache, and FUA only where the LUN takes the FUA bit;
-    // elsewhere it makes a FUA write durable with a flush after it (the rule NBD follows itself)
-    let cache = lun.write_cache();
-    if cache.flushes() {
-        attrs |= sys::UBLK_ATTR_VOLATILE_CACHE;
-    }
-    if cache.fua_write() == FuaWrite::FuaBit {
-        attrs |= sys::UBLK_ATTR_FUA;
-    }
-    if lun.read_only {
-        attrs |= sys::UBLK_ATTR_READ_ONLY;
-    }
-    let opt = lun
-        .limits
-        .map(|l| l.opt_xfer_len.saturating_mul(lun.capacity.block_len))
-        .filter(|&b| b.is_power_of_two() && b <= max_io)
-        .map_or(phys_shift, |b| b.trailing_zeros() as u8);
-    let mut p = sys::ublk_params {
-        types: sys::UBLK_PARAM_TYPE_BASIC,
-        basic: sys::ublk_param_basic {
-            attrs,
-            logical_bs_shift: bs_shift,
-            physical_bs_shift: phys_shift,
-            io_opt_shift: opt.max(phys_shift),
-            io_min_shift: phys_shift,
-            max_sectors: max_io >> 9,
-            dev_sectors: lun.size() >> 9,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let unmap = lun.max_unmap_blocks();
-    if unmap > 0 {
-        let sectors_per_block = lun.capacity.block_len >> 9;
-        let gran = lun
-            .limits
-            .map_or(1, |l| l.unmap_granularity.max(1))
-            .saturating_mul(lun.capacity.block_len);
-        p.types |= sys::UBLK_PARAM_TYPE_DISCARD;
-        p.discard = sys::ublk_param_discard {
-            discard_alignment: 0,
-            discard_granularity: gran,
-            max_discard_sectors: unmap.saturating_mul(sectors_per_block).min(u32::MAX >> 1),
-            // without WRITE SAME, zeros are written one buffer at a time (see `zeroing`)
-            max_write_zeroes_sectors: if lun.write_same {
-                lun.max_write_same_blocks(max_io)
-                    .saturating_mul(sectors_per_block)
-            } else {
-                max_io >> 9
-            },
-            max_discard_segments: 1,
-            reserved0: 0,
-        };
-    }
-    p
-}
-
 /// A device taken over, without a login, from a daemon whose RDMA device went away: its channels
 /// start down (on detached endpoints, [`crate::session::detached_channels`]) and log in with their
 /// first reconnect; the timers count from `down_since`, when the previous daemon's channel went
@@ -269,72 +201,6 @@ pub enum UblkSource {
     },
 }
 
-/// An SRP device's channels and login, and what a new device is made with.
-struct SrpParts {
-    /// One channel per queue.
-    channels: Vec<SrpChannel>,
-    relogin: Relogin,
-    depth: u16,
-    /// A new device's largest I/O and parameters, from the session; `None` for a device taken
-    /// over, which keeps its own (`recover_ctrl`).
-    new: Option<(u32, sys::ublk_params)>,
-    /// The LUN its commands name.
-    lun: ScsiLun,
-    geo: Geometry,
-    /// When the channels went down, for a handover's timers.
-    down_since: Option<Instant>,
-}
-
-impl SrpParts {
-    fn new(s: Session) -> SrpParts {
-        let max_io = s.ublk_max_io();
-        SrpParts {
-            new: Some((max_io, ublk_params(&s.lun, max_io))),
-            geo: s.lun.geometry(),
-            lun: ScsiLun::from_int(s.lun.lun),
-            channels: s.channels,
-            relogin: s.relogin,
-            depth: s.depth,
-            down_since: None,
-        }
-    }
-
-    fn handover(h: Handover) -> SrpParts {
-        // the detached channels were made for the LUN the previous daemon served
-        let lun = h
-            .channels
-            .first()
-            .map_or(ScsiLun::from_int(0), |c| c.config().lun);
-        SrpParts {
-            lun,
-            channels: h.channels,
-            relogin: h.relogin,
-            depth: h.depth,
-            new: None,
-            geo: h.geometry,
-            down_since: Some(h.down_since),
-        }
-    }
-
-    /// The device's size in bytes.
-    fn size(&self) -> u64 {
-        self.geo.blocks << self.geo.block_shift
-    }
-
-    /// What libublk runs on the device before its queues start: the size and a new device's
-    /// parameters (the queues' rings are srp-ublk's own, sized by the queue threads).
-    fn device_init(&self) -> impl FnOnce(&mut UblkDev) -> Result<(), libublk::UblkError> {
-        let (size, new) = (self.size(), self.new);
-        move |dev: &mut UblkDev| {
-            dev.set_default_params(size);
-            if let Some((_, p)) = new {
-                dev.tgt.params = p;
-            }
-            Ok(())
-        }
-    }
-}
-
 /// Creates `/dev/ublkbN` over the source (one SRP channel per queue) and serves it until the device is
 /// stopped (`srp-ublk del`, or the signal handler calling `kill_dev`). `on_live` runs once it is live.
 pub fn serve(
@@ -344,8 +210,8 @@ pub fn serve(
     on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
 ) -> Result<(), UblkFrontError> {
     let parts = match source {
-        UblkSource::Srp(s) => SrpParts::new(*s),
-        UblkSource::Handover(h) if opts.recover => SrpParts::handover(*h),
+        UblkSource::Srp(s) => SrpParts::new(*s, &opts, status, Vec::new()),
+        UblkSource::Handover(h) if opts.recover => SrpParts::handover(*h, &opts, status),
         UblkSource::Handover(_) => return Err(UblkFrontError::HandoverNeedsRecovery),
         UblkSource::Demo {
             size,
@@ -363,215 +229,44 @@ pub fn serve(
             return serve_demo(shape, disk, opts, status, on_live);
         }
     };
-    serve_srp(parts, opts, status, on_live)
+    let mut on_live = Some(on_live);
+    let on_live = move |_, info| {
+        if let Some(f) = on_live.take() {
+            f(info);
+        }
+    };
+    serve_srp(parts, opts, on_live, |_, _| {})
 }
 
-/// [`serve`] for an SRP device: a new one, or one taken over (user recovery, a handover).
-fn serve_srp(
-    parts: SrpParts,
+/// Another LUN's device of a port daemon ([`serve_port`]): what its queues publish and its
+/// capacity checks.
+#[derive(Debug)]
+pub struct PortDevice {
+    /// The device id to ask for (-1: any; with [`UblkOptions::recover`], the device to take
+    /// over).
+    pub dev_id: i32,
+    /// Its queues' status, one per channel.
+    pub status: Arc<Vec<QueueStatus>>,
+    /// Its size and capacity checks.
+    pub capacity: Arc<CapacityStatus>,
+}
+
+/// Creates a device for each LUN of `session` (its first LUN's with `opts`' id, capacity and
+/// `status`; each of [`Session::more_luns`] with the `more` device of the same position), or with
+/// [`UblkOptions::recover`] takes them over, and serves them all over the session's channels, channel q carrying queue q of
+/// every device, until each has stopped. `on_live` runs for each device once it is live, with its
+/// position (0: the first LUN's); `on_gone` for each device deleted while others serve (with its
+/// id: `srp-ublk del` of that device stopped it).
+pub fn serve_port(
+    session: Session,
     opts: UblkOptions,
     status: Arc<Vec<QueueStatus>>,
-    on_live: impl FnOnce(LiveInfo) + Send + Sync + 'static,
+    more: Vec<PortDevice>,
+    on_live: impl FnMut(usize, LiveInfo),
+    on_gone: impl FnMut(usize, u32),
 ) -> Result<(), UblkFrontError> {
-    let nr_queues = parts.channels.len() as u16;
-    let ctrl = match (opts.recover, &parts.new) {
-        (false, Some((max_io, _))) => build_ctrl(
-            "srp-ublk",
-            opts.dev_id,
-            nr_queues,
-            parts.depth,
-            *max_io,
-            POOL,
-        )?,
-        // a handover is always a recovery (refused by `serve` otherwise)
-        _ => recover_ctrl(opts.dev_id, nr_queues, parts.depth)?,
-    };
-    let tgt_init = parts.device_init();
-    let shared = Arc::new(
-        SessionLink::new(nr_queues).map_err(|e| UblkFrontError::Setup {
-            what: "creating the queues' eventfds",
-            source: e.into(),
-        })?,
-    );
-    opts.capacity.bytes.store(parts.size(), Relaxed);
-    let blocks = Arc::new(AtomicU64::new(parts.geo.blocks));
-    let stop = CapacityWatch {
-        dev_id: ctrl.dev_info().dev_id,
-        relogin: parts.relogin.clone(),
-        blocks: blocks.clone(),
-        queues: status.clone(),
-        capacity: opts.capacity.clone(),
-        block_shift: parts.geo.block_shift,
-    }
-    .spawn()?;
-    let (cpus, status2) = (opts.cpus.clone(), status.clone());
-    let start = Arc::new(QueueStart {
-        channels: Mutex::new(parts.channels.into_iter().map(Some).collect()),
-        devices: vec![DeviceParts {
-            lun: parts.lun,
-            geo: parts.geo,
-            blocks,
-            status,
-        }],
-        timers: opts.timers,
-        down_since: parts.down_since,
-        on_removed: opts.on_removed.clone(),
-        relogin: parts.relogin,
-        waiting: waiting(opts.poll, nr_queues),
-        shared,
-    });
-    let res = run_device(&ctrl, tgt_init, &start, move |c| {
-        // once every queue thread runs and before anyone sees the device
-        pin_queues(c, &status2, &cpus);
-        let info = LiveInfo {
-            dev_id: c.dev_info().dev_id,
-            bdev: c.get_bdev_path(),
-        };
-        on_live(info);
-    });
-    stop.store(true, Relaxed);
-    let _ = ctrl.del_dev();
-    res
-}
-
-/// Runs the device `ctrl` made on queue threads of srp-ublk's own (what libublk's `run_target`
-/// does with its threads; owning them is what lets one thread serve queue q of several devices):
-/// starts the device once every queue has its FETCH commands out, calls `on_live`, and returns
-/// when every queue thread has ended (the device stopped).
-fn run_device(
-    ctrl: &UblkCtrl,
-    tgt_init: impl FnOnce(&mut UblkDev) -> Result<(), libublk::UblkError>,
-    start: &Arc<QueueStart>,
-    on_live: impl FnOnce(&UblkCtrl),
-) -> Result<(), UblkFrontError> {
-    let ublk = |what| move |source| UblkFrontError::Ublk { what, source };
-    let dev = Arc::new(
-        UblkDev::new(ctrl.get_name(), tgt_init, ctrl)
-            .map_err(ublk("setting up the ublk device"))?,
-    );
-    let threads = spawn_queues(ctrl, &dev, start)?;
-    // on a failed start the threads stay out, waiting for requests: the daemon exits on the
-    // error, and its exit ends them
-    ctrl.start_dev(&dev)
-        .map_err(ublk("starting the ublk device"))?;
-    on_live(ctrl);
-    for (qid, t) in threads.into_iter().enumerate() {
-        if t.join().is_err() {
-            tracing::error!("queue {qid}: its thread panicked");
-        }
-    }
-    // the device may have been deleted from elsewhere already
-    let _ = ctrl.stop_dev();
-    Ok(())
-}
-
-/// One thread per queue of `dev`, each serving its queue with `start`: the thread marks itself
-/// an I/O flusher (its writes are the ones that free memory) and reports its tid, which libublk
-/// records in the device's JSON and pins by the device's queue affinity.
-fn spawn_queues(
-    ctrl: &UblkCtrl,
-    dev: &Arc<UblkDev>,
-    start: &Arc<QueueStart>,
-) -> Result<Vec<std::thread::JoinHandle<()>>, UblkFrontError> {
-    let nr = dev.dev_info.nr_hw_queues;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let mut threads = Vec::with_capacity(usize::from(nr));
-    for qid in 0..nr {
-        let (dev, start, tx) = (dev.clone(), start.clone(), tx.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("srp-ublk-q{qid}"))
-            .spawn(move || {
-                let tid = UblkCtrl::init_queue_thread();
-                if tx.send((qid, tid)).is_ok() {
-                    start.run(qid, &[&dev]);
-                }
-            })
-            .map_err(|source| UblkFrontError::Setup {
-                what: "starting a queue thread",
-                source,
-            })?;
-        threads.push(thread);
-    }
-    drop(tx);
-    for (qid, tid) in rx.iter().take(usize::from(nr)) {
-        ctrl.set_thread_affinity(qid, tid);
-        if let Err(e) = ctrl.configure_queue(dev, qid, tid) {
-            tracing::warn!("queue {qid}: recording its thread in the device's JSON: {e}");
-        }
-    }
-    Ok(threads)
-}
-
-/// What each queue thread starts from: its channel (taken once), the devices it serves a queue
-/// of, and what every queue shares.
-struct QueueStart {
-    channels: Mutex<Vec<Option<SrpChannel>>>,
-    /// Each device's own parts, in the order of the ublk devices a thread is given.
-    devices: Vec<DeviceParts>,
-    timers: Timers,
-    /// For a handover: when the previous daemon's channels went down.
-    down_since: Option<Instant>,
-    on_removed: Option<OnRemoved>,
-    relogin: Relogin,
-    waiting: Waiting,
-    shared: Arc<SessionLink>,
-}
-
-/// One device's parts that its queue threads share: its LUN and geometry, its bound (moved by
-/// a resize) and its queues' status.
-struct DeviceParts {
-    lun: ScsiLun,
-    geo: Geometry,
-    blocks: Arc<AtomicU64>,
-    status: Arc<Vec<QueueStatus>>,
-}
-
-impl QueueStart {
-    /// Queue `qid`'s thread: serves queue `qid` of the devices `devs` (those of
-    /// [`QueueStart::devices`], in order) until they stop.
-    fn run(&self, qid: u16, devs: &[&UblkDev]) {
-        let ch = self
-            .channels
-            .lock()
-            .ok()
-            .and_then(|mut v| v.get_mut(usize::from(qid)).and_then(Option::take));
-        let Some(ch) = ch else {
-            tracing::error!("queue {qid}: no SRP channel for this queue");
-            return;
-        };
-        let tid = nix::unistd::gettid().as_raw();
-        let mut queues = Vec::with_capacity(devs.len());
-        for (dev, d) in devs.iter().zip(&self.devices) {
-            let Some(status) = d.status.get(usize::from(qid)) else {
-                return tracing::error!("queue {qid}: the device has no status for this queue");
-            };
-            status.tid.store(tid, Relaxed);
-            queues.push(DeviceQueue {
-                dev,
-                lun: d.lun,
-                geo: d.geo,
-                blocks: &d.blocks,
-                status,
-            });
-        }
-        let rport = match self.down_since {
-            Some(at) => Rport::down_since(self.timers, at),
-            None => Rport::new(self.timers),
-        };
-        let r = run_queue(
-            qid,
-            &queues,
-            ch,
-            self.waiting,
-            self.relogin.clone(),
-            rport,
-            self.on_removed.clone(),
-            &self.shared,
-        );
-        if let Err(e) = r {
-            tracing::error!("queue {qid}: {}", crate::Chain(&e));
-        }
-    }
+    let parts = SrpParts::new(session, &opts, status, more);
+    serve_srp(parts, opts, on_live, on_gone)
 }
 
 /// How a queue waits for completions, decided once for the machine from the `--poll` mode.

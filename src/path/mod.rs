@@ -353,6 +353,14 @@ impl<C: Connect> Path<C> {
         Ok(self.span_addr(tag))
     }
 
+    /// Drops pool write `tag`'s reservation, whose data will never come (the front end's device
+    /// stopped before the kernel copied it in): its span goes back, and what waited for room
+    /// starts.
+    pub fn abandon(&mut self, tag: u16, done: &mut dyn FnMut(Done, &TagBufs)) {
+        self.stage.abandon(tag);
+        self.start_waiting(done);
+    }
+
     /// The reservations that got their span since the last call, with its address.
     pub fn granted(&mut self) -> Vec<(u16, u64)> {
         let tags = self.stage.take_granted();

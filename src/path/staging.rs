@@ -350,6 +350,15 @@ impl Staging {
         }
     }
 
+    /// A pool write whose data will never come (its device stopped): its reservation, waiting or
+    /// granted, is dropped and its span given back.
+    pub fn abandon(&mut self, tag: u16) {
+        self.waiting
+            .retain(|w| !matches!(*w, Waiter::Reserve { tag: t, .. } if t == tag));
+        self.granted.retain(|&t| t != tag);
+        self.cancel(tag);
+    }
+
     /// Every waiting command, taken out (to fail them); reservations stay: a pool write must get
     /// its data before it can complete, and gets its span once the failures give theirs back.
     pub fn take_waiting(&mut self) -> Vec<Request> {

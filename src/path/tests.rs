@@ -830,3 +830,23 @@ fn a_channel_shared_by_two_devices_holds_both_depths_beyond_its_sends() {
         );
     }
 }
+
+#[test]
+fn an_abandoned_pool_write_gives_its_span_back_and_what_waited_goes() {
+    // a device stopped before the kernel copied its writes' data in: one write holds a span, one
+    // waits for room behind it; a third (another device's) waits behind both
+    let c = FakeConnect::default();
+    let mut p = pool_path(&c, 2 * BIG);
+    let held = p.reserve(0, 2 * BIG).expect("fits").expect("room");
+    assert!(held > 0);
+    assert_eq!(p.reserve(1, BIG), Ok(None));
+    assert_eq!(p.reserve(2, BIG), Ok(None));
+    let mut done = Vec::new();
+    p.abandon(1, &mut |d, _| done.push(d.tag));
+    assert!(p.granted().is_empty(), "the pool is still held by tag 0");
+    p.abandon(0, &mut |d, _| done.push(d.tag));
+    assert!(done.is_empty(), "nothing was sent, nothing completes");
+    let granted: Vec<u16> = p.granted().iter().map(|g| g.0).collect();
+    assert_eq!(granted, [2], "the other device's write got the room back");
+    assert_eq!(p.busy(), 0, "no reservation is left waiting");
+}

@@ -69,6 +69,9 @@ pub struct ConnectParams {
     /// The most data segments one command may have (the send queue holds their windows'
     /// work requests).
     pub max_segments: u16,
+    /// The most tags the channel's commands may name (each binds its windows by its tag): the
+    /// devices' depths together when the channel serves several; 0: the send slots.
+    pub tags: u16,
 }
 
 /// A route whose IPv6 destination is scoped by an interface's name (`dest=[fe80::1%eth0]:5555`)
@@ -164,6 +167,8 @@ pub struct Endpoint {
     scratch: Box<[u8]>,
     send_size: usize,
     nr_send: u16,
+    /// Windows per segment level: one per tag ([`ConnectParams::tags`]).
+    nr_windows: u16,
     /// The most data segments of one command ([`ConnectParams::max_segments`]).
     max_segs: u16,
     recv_size: usize,
@@ -217,6 +222,7 @@ impl Endpoint {
             scratch: Box::new([]),
             send_size: 0,
             nr_send: 0,
+            nr_windows: 0,
             max_segs: 1,
             recv_size: 0,
             nr_recv: 0,
@@ -447,6 +453,7 @@ impl Endpoint {
     fn post_ius(&mut self, p: &ConnectParams) -> Result<(), RdmaError> {
         self.send_size = p.send_size as usize;
         self.nr_send = p.send_slots;
+        self.nr_windows = p.tags.max(p.send_slots);
         self.recv_size = p.recv_size as usize;
         self.nr_recv = p.nr_recv;
         let iu_len =
@@ -457,7 +464,7 @@ impl Endpoint {
         self.scratch = vec![0u8; SCRATCH_BYTES].into_boxed_slice();
         let scratch_ptr = self.scratch.as_mut_ptr();
         self.scratch_mr = self.reg(scratch_ptr, SCRATCH_BYTES, data_access(self.scope))?;
-        self.alloc_windows(self.nr_send)?;
+        self.alloc_windows(self.nr_windows)?;
         // SAFETY: ibv_wc is a plain C struct; all-zero values are valid placeholders.
         self.raw_wcs = (0..32).map(|_| unsafe { std::mem::zeroed() }).collect();
         self.chain = Vec::with_capacity(self.send_wrs);
@@ -708,6 +715,7 @@ mod tests {
             max_segments: 1,
             comp_vector: 0,
             timeout: Duration::from_millis(500),
+            tags: 0,
         };
         let e = Endpoint::connect(&p).err().expect("no RDMA here");
         assert!(!e.to_string().is_empty());

@@ -18,9 +18,12 @@ pub mod discover;
 pub mod exports;
 pub mod ib_discover;
 pub mod ids;
+mod relogin;
 pub mod rport;
 pub mod state;
 pub mod timers;
+
+pub use relogin::{Fresh, Relogin};
 
 /// Send slots beyond the queue depth (CRED_RSP, AER_RSP, I_LOGOUT, task management).
 pub const EXTRA_SLOTS: u16 = 4;
@@ -112,6 +115,9 @@ pub struct SessionOptions {
     pub depth: u16,
     /// The LUN.
     pub lun: u64,
+    /// Other LUNs of the same target port the channels carry too, a device each (one daemon per
+    /// port): each channel holds every device's queue depth of tags, its credits shared.
+    pub more_luns: Vec<u64>,
     /// Limit for each CM step.
     pub timeout: Duration,
     /// Join the I_T nexus another live device (another LUN of the same target) already has: log
@@ -239,24 +245,14 @@ pub struct Session {
     pub channels: Vec<Channel<Endpoint>>,
     /// The LUN.
     pub lun: LunInfo,
-    /// The queue depth every channel serves.
+    /// The other LUNs the channels serve ([`SessionOptions::more_luns`]), in that order.
+    pub more_luns: Vec<LunInfo>,
+    /// The queue depth every channel serves (each device's).
     pub depth: u16,
     /// The local RDMA device the channels use.
     pub rdma_device: String,
     /// How a queue logs its channel in again.
     pub relogin: Relogin,
-}
-
-/// What a queue thread needs to log its channel in again after it went down: the target and the
-/// login parameters of the session's extra channels (MULTI: the target keeps the session's other
-/// channels; if none is left it starts a new session).
-#[derive(Clone, Debug)]
-pub struct Relogin {
-    params: ConnectParams,
-    lun: u64,
-    depth: u16,
-    /// The LUN every new login must find (see [`Relogin::expecting`]).
-    expect: Option<LunIdentity>,
 }
 
 /// A logged-in SRP channel over RDMA: what a session gives each front end queue or connection.
@@ -266,95 +262,6 @@ pub type SrpChannel = Channel<Endpoint>;
 /// channel waiting on a dead fabric still meets its fast_io_fail and dev_loss deadlines between
 /// attempts.
 pub const RELOGIN_STEP: Duration = Duration::from_secs(5);
-
-/// A new login for a channel that went down.
-pub struct Fresh {
-    /// The logged-in endpoint.
-    pub ep: Endpoint,
-    /// Its initial credits.
-    pub req_lim: i32,
-    /// Its immediate-data limit.
-    pub max_imm: u32,
-}
-
-impl Relogin {
-    /// How a channel of `target` serving `lun` at `depth` logs in again: MULTI, each CM step
-    /// limited to `timeout` (and to [`RELOGIN_STEP`] when [`Relogin::connect`] is given it).
-    pub fn new(target: &TargetSpec, lun: u64, depth: u16, timeout: Duration) -> Relogin {
-        Relogin {
-            params: connect_params(target, MultiChannelAction::Multi, depth, timeout),
-            lun,
-            depth,
-            expect: None,
-        }
-    }
-
-    /// Logins that carry commands of up to `n` data segments ([`SessionOptions::max_segments`]).
-    pub fn with_segments(mut self, n: u16) -> Relogin {
-        self.params.max_segments = n.max(1);
-        self
-    }
-
-    /// Logs in one channel, each CM step limited to `step` (shorter than the first login's limit,
-    /// so a queue waiting on a dead fabric still reaches its fast_io_fail and dev_loss deadlines).
-    /// With [`Relogin::expecting`], a login that finds another LUN is refused.
-    pub fn connect(&self, step: Duration) -> Result<Fresh, SessionError> {
-        let mut p = self.params.clone();
-        p.timeout = p.timeout.min(step);
-        let ep = Endpoint::connect(&p)?;
-        let cfg = channel_config(&ep, self.depth, self.lun, p.req_it_iu_len);
-        let Some(want) = &self.expect else {
-            return Ok(Fresh {
-                ep,
-                req_lim: cfg.req_lim,
-                max_imm: cfg.max_imm,
-            });
-        };
-        let mut ch = Channel::new(ep, cfg);
-        let now = lun_identity(&mut ch, self.lun)?;
-        want.check(&now).map_err(|source| SessionError::NotTheLun {
-            lun: self.lun,
-            source,
-        })?;
-        Ok(Fresh {
-            req_lim: ch.req_lim(),
-            max_imm: cfg.max_imm,
-            ep: ch.into_transport(),
-        })
-    }
-
-    /// A channel logged in and ready to carry commands (what [`Relogin::connect`] gives, with its
-    /// engine): a replacement for one that was lost.
-    pub fn channel(&self, step: Duration) -> Result<Channel<Endpoint>, SessionError> {
-        let fresh = self.connect(step)?;
-        let p = &self.params;
-        let cfg = channel_config(&fresh.ep, self.depth, self.lun, p.req_it_iu_len);
-        Ok(Channel::new(fresh.ep, cfg))
-    }
-
-    /// Every login from now on must find the LUN `id` names (its WWID or serial, size and logical
-    /// block size): what a daemon that took a device over without a login of its own checks, so
-    /// that a LUN mapping changed while the RDMA device was away never gets the device's I/O.
-    pub fn expecting(mut self, id: LunIdentity) -> Relogin {
-        self.expect = Some(id);
-        self
-    }
-}
-
-impl Relogin {
-    /// Asks the LUN its capacity now (READ CAPACITY(16)) on a channel of its own, logged in for
-    /// this (MULTI: the session's channels carry on) and logged out after: how a daemon re-reads
-    /// the capacity without touching a queue's channel.
-    pub fn read_capacity(&self, step: Duration) -> Result<Capacity, SessionError> {
-        let fresh = self.connect(step)?;
-        let p = &self.params;
-        let cfg = channel_config(&fresh.ep, 1, self.lun, p.req_it_iu_len);
-        let mut ch = Channel::new(fresh.ep, cfg);
-        let cap = capacity16(&mut ch, self.lun);
-        ch.send_i_logout();
-        cap
-    }
-}
 
 fn connect_params(
     target: &TargetSpec,
@@ -383,6 +290,7 @@ fn connect_params(
         timeout,
         rkey_scope: target.opts.rkey_scope.unwrap_or_default(),
         max_segments: 1,
+        tags: 0,
     }
 }
 
@@ -439,8 +347,12 @@ impl Session {
     /// Largest I/O of a ublk device over this session (its tag buffers' size): the target
     /// string's max_sect, else [`default_max_io`] for the session's depth.
     pub fn ublk_max_io(&self) -> u32 {
-        self.lun
-            .max_io_bytes(self.target.opts.max_sect, default_max_io(self.depth))
+        self.lun_max_io(&self.lun)
+    }
+
+    /// [`Session::ublk_max_io`] of a device for `lun`, one of the session's LUNs.
+    pub fn lun_max_io(&self, lun: &LunInfo) -> u32 {
+        lun.max_io_bytes(self.target.opts.max_sect, default_max_io(self.depth))
     }
 
     /// Logs in every channel and interrogates the LUN.
@@ -453,6 +365,9 @@ impl Session {
         };
         let mut p0 = connect_params(target, first, want_depth, opts.timeout);
         p0.max_segments = opts.max_segments.max(1);
+        // every device's tags at the most depth the credits may give: the windows are per tag
+        let devices = 1 + opts.more_luns.len();
+        p0.tags = u16::try_from(usize::from(want_depth) * devices).unwrap_or(u16::MAX);
         let ep0 = Endpoint::connect(&p0)?;
         tracing::info!(
             "channel 0 logged in via {}: req_lim {}, max_it_iu_len {}, immediate data {}",
@@ -481,21 +396,30 @@ impl Session {
             .map(|e| (e.login().req_lim_delta - 1).clamp(1, i32::from(want_depth)) as u16)
             .min()
             .unwrap_or(1);
+        // every device's tags on each channel; the sends stay what the login was sized for
+        let tags = u16::try_from(usize::from(depth) * devices).unwrap_or(u16::MAX);
         let mut channels: Vec<Channel<Endpoint>> = eps
             .into_iter()
             .map(|ep| {
-                let cfg = channel_config(&ep, depth, opts.lun, p0.req_it_iu_len);
+                let cfg = channel_config(&ep, depth, opts.lun, p0.req_it_iu_len).with_tags(tags);
                 Channel::new(ep, cfg)
             })
             .collect();
         let lun = interrogate(&mut channels[0], opts.lun)?;
+        let more_luns = opts
+            .more_luns
+            .iter()
+            .map(|&l| interrogate(&mut channels[0], l))
+            .collect::<Result<Vec<_>, _>>()?;
         let rdma_device = channels[0].transport().device().to_string();
-        let relogin =
-            Relogin::new(target, opts.lun, depth, opts.timeout).with_segments(opts.max_segments);
+        let relogin = Relogin::new(target, opts.lun, depth, opts.timeout)
+            .with_segments(opts.max_segments)
+            .with_tags(tags);
         Ok(Session {
             target: target.clone(),
             channels,
             lun,
+            more_luns,
             depth,
             rdma_device,
             relogin,
@@ -818,6 +742,7 @@ mod tests {
             channels,
             depth: 64,
             lun: 0,
+            more_luns: Vec::new(),
             timeout: Duration::from_secs(1),
             share_nexus: false,
             max_segments: 1,

@@ -1,8 +1,8 @@
 //! The ublk driver's I/O commands: FETCH, COMMIT_AND_FETCH and NEED_GET_DATA on an io_uring a
 //! queue thread owns ([`Ring`]), and the request descriptors the driver writes ([`Iod`]).
 //!
-//! A ring serves the queues of any number of devices: each device's char device is one fixed
-//! file of the ring and each command's user data names its device, so one thread can serve queue
+//! A ring serves the queues of any number of devices: the ring keeps a descriptor of each
+//! device's char device and each command's user data names its device, so one thread can serve queue
 //! q of several devices (libublk 0.4's `UblkQueue` cannot: it keeps one io_uring per thread and
 //! encodes every command with fixed file 0 and no device). What the driver may copy a request's
 //! data into or out of is memory lent to the ring ([`crate::rdma::Lent`], kept alive as long as
@@ -48,6 +48,12 @@ pub enum UblkIoError {
     /// A command named a device the ring does not serve.
     #[error("no device {dev} on this queue's io_uring")]
     NoDevice {
+        /// The index named.
+        dev: u16,
+    },
+    /// A device queue was to leave the ring while the driver still holds its commands.
+    #[error("device {dev} on this queue's io_uring has not stopped")]
+    Busy {
         /// The index named.
         dev: u16,
     },

@@ -1,15 +1,21 @@
-//! A thread's io_uring for ublk: the I/O commands of any number of device queues (each device's
-//! char device one fixed file of the ring) and the loop's own operations (polls, a timer).
+//! A thread's io_uring for ublk: the I/O commands of any number of device queues (each on the
+//! ring's own descriptor of its device's char device) and the loop's own operations (polls, a
+//! timer).
+//!
+//! The char devices are plain descriptors, not fixed files: a fixed file taken out of the table
+//! is let go only once every command issued while it was in has completed, and the other
+//! devices' FETCH commands wait for requests indefinitely, so a device stopped while the others
+//! serve would never be released (its DEL_DEV would wait for ever).
 
 use super::descs::{Descs, Iod};
 use super::UblkIoError;
 use crate::rdma::Lent;
 use io_uring::{opcode, squeue, types, IoUring};
 use libublk::sys;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-/// A device queue on a [`Ring`]: the index its commands carry (and its char device's fixed file).
+/// A device queue on a [`Ring`]: the index its commands carry in their user data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dev(u16);
 
@@ -30,7 +36,7 @@ impl Dev {
 /// flags (`dev_info.flags`: how its commands are encoded).
 #[derive(Clone, Copy, Debug)]
 pub struct QueueSpec {
-    /// `/dev/ublkcN`, open; the ring keeps its own reference to the file.
+    /// `/dev/ublkcN`, open; the ring keeps a descriptor of its own for it.
     pub fd: RawFd,
     /// The queue index.
     pub qid: u16,
@@ -95,6 +101,8 @@ fn cmd_data(dev: Dev, tag: u16, get_data: bool) -> u64 {
 
 /// One device queue's state on the ring.
 struct DevQueue {
+    /// The ring's own descriptor of the device's char device, which its commands name.
+    file: OwnedFd,
     descs: Descs,
     qid: u16,
     depth: u16,
@@ -146,12 +154,6 @@ impl Ring {
                 what: "creating the queue's io_uring",
                 source,
             })?;
-        ring.submitter()
-            .register_files_sparse(u32::from(devices))
-            .map_err(|source| UblkIoError::Ring {
-                what: "making the io_uring's file table",
-                source,
-            })?;
         Ok(Ring {
             ring,
             queues: (0..devices).map(|_| None).collect(),
@@ -160,8 +162,8 @@ impl Ring {
     }
 
     /// Serves queue `spec` on this ring, its data in `mem` (whatever the driver copies requests'
-    /// data into or out of lies there): maps its descriptors and makes its char device a fixed
-    /// file. The FETCH commands are the caller's ([`Ring::fetch`]).
+    /// data into or out of lies there): maps its descriptors and keeps a descriptor of its char
+    /// device. The FETCH commands are the caller's ([`Ring::fetch`]).
     pub fn add_queue(&mut self, spec: &QueueSpec, mem: Lent) -> Result<Dev, UblkIoError> {
         let slot = self
             .queues
@@ -171,19 +173,22 @@ impl Ring {
                 devices: self.queues.len(),
             })?;
         let descs = Descs::map(spec.fd, spec.qid, spec.depth)?;
-        self.ring
-            .submitter()
-            .register_files_update(slot as u32, &[spec.fd])
-            .map_err(|source| UblkIoError::Ring {
-                what: "adding the device to the io_uring's file table",
-                source,
+        let raw =
+            nix::fcntl::fcntl(spec.fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(0)).map_err(|e| {
+                UblkIoError::Ring {
+                    what: "taking a descriptor of the device for the io_uring",
+                    source: e.into(),
+                }
             })?;
+        // SAFETY: `raw` is the descriptor F_DUPFD_CLOEXEC just made; nothing else owns it.
+        let file = unsafe { OwnedFd::from_raw_fd(raw) };
         let mut spans: Vec<(u64, u64)> = mem
             .regions()
             .map(|(a, l)| (a, a.saturating_add(l as u64)))
             .collect();
         spans.sort_unstable();
         self.queues[slot] = Some(DevQueue {
+            file,
             descs,
             qid: spec.qid,
             depth: spec.depth,
@@ -237,6 +242,18 @@ impl Ring {
         self.ublk_cmd(dev, tag, sys::UBLK_U_IO_NEED_GET_DATA, 0, Some(data), true)
     }
 
+    /// Lets go of device queue `dev`, which has stopped ([`Ring::is_done`]: none of its
+    /// commands is out): its descriptor of the char device is closed and its request
+    /// descriptors unmapped, so the ring holds nothing that keeps the device from being deleted.
+    /// Its index may serve another device later.
+    pub fn remove_queue(&mut self, dev: Dev) -> Result<(), UblkIoError> {
+        if !self.is_done(dev) {
+            return Err(UblkIoError::Busy { dev: dev.0 });
+        }
+        self.queues[usize::from(dev.0)] = None;
+        Ok(())
+    }
+
     /// Whether the device stopped: the driver aborted its commands and holds none.
     pub fn is_done(&self, dev: Dev) -> bool {
         self.queue(dev).is_ok_and(|q| q.stopping && q.inflight == 0)
@@ -286,7 +303,7 @@ impl Ring {
         cmd[8..16].copy_from_slice(&addr.to_ne_bytes());
         let op = if q.ioctl { op } else { op & 0xff };
         q.inflight += 1;
-        let sqe = opcode::UringCmd16::new(types::Fixed(u32::from(dev.0)), op)
+        let sqe = opcode::UringCmd16::new(types::Fd(q.file.as_raw_fd()), op)
             .cmd(cmd)
             .build()
             .user_data(cmd_data(dev, tag, get_data));

@@ -42,8 +42,8 @@ impl<T: Transport> Channel<T> {
         // in the order they were submitted: a write and a read of the same blocks keep theirs
         order.sort_by_key(|&t| self.tags[usize::from(t)].seq);
         for &tag in &order {
+            self.set_state(tag, TagState::Waiting);
             let e = &mut self.tags[usize::from(tag)];
-            e.state = TagState::Waiting;
             e.reissued = e.reissued.saturating_add(1);
             e.cmd.data = match e.cmd.data {
                 DataDir::None => DataDir::None,

@@ -1175,3 +1175,41 @@ fn held_segments_are_rekeyed_each_and_sent_again() {
         assert!(ch.transport().buf(*b)[..4096].iter().all(|&x| x == 0x3c));
     }
 }
+
+#[test]
+fn a_channel_with_more_tags_than_its_login_sends_at_most_its_send_depth() {
+    // 8 tags (two devices' 4) on a login sized for 4 commands, with 16 credits: 4 go out, the
+    // others wait for answers, and all complete
+    let mut t = FakeTarget::new(1 << 20, 512, crate::channel::send_slots(4, 4), 4 + 8);
+    let bufs: Vec<DataBuf> = (0..DEPTH).map(|_| t.alloc(65536)).collect();
+    let mut ch = Channel::new(t, ChannelConfig::fake(4).with_tags(DEPTH));
+    ch.transport().faults.hold_rsps = true;
+    for tag in 0..DEPTH {
+        let lun = if tag < 4 { LUN0 } else { LUN1 };
+        io_to(
+            &mut ch,
+            &bufs,
+            lun,
+            tag,
+            (BlockOp::Read, u64::from(tag) * 4096, 4096),
+        );
+    }
+    drain(&mut ch);
+    assert_eq!(
+        ch.transport().log.len(),
+        4,
+        "the login's send depth bounds what is out"
+    );
+    assert_eq!(ch.stats().slot_stalls, 4);
+    ch.transport().faults.hold_rsps = false;
+    let mut done = Vec::new();
+    for _ in 0..10 {
+        ch.transport().release_held();
+        done.extend(drain(&mut ch));
+    }
+    let mut tags: Vec<u16> = done.iter().map(|d| d.tag).collect();
+    tags.sort_unstable();
+    assert_eq!(tags, (0..DEPTH).collect::<Vec<_>>());
+    assert_eq!(ch.transport().log.len(), usize::from(DEPTH));
+    assert_eq!(ch.busy(), 0);
+}

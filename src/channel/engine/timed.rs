@@ -51,7 +51,7 @@ impl<T: Transport> Channel<T> {
         for tag in 0..self.cfg.depth {
             if let TagState::Delayed { until } = self.tags[usize::from(tag)].state {
                 if until <= self.now {
-                    self.tags[usize::from(tag)].state = TagState::Idle;
+                    self.set_state(tag, TagState::Idle);
                     self.start(tag);
                 } else {
                     self.next_due = self.next_due.min(until);
@@ -170,11 +170,11 @@ impl<T: Transport> Channel<T> {
             None => 0..self.cfg.depth,
         };
         for tag in ended {
-            let e = &mut self.tags[usize::from(tag)];
+            let e = &self.tags[usize::from(tag)];
             // a LUN reset ended its LUN's commands only
             if e.state == TagState::InFlight && e.cmd.lun == t.lun {
                 tracing::info!("{:?} done: tag {tag} sent again", t.func);
-                e.state = TagState::Idle;
+                self.set_state(tag, TagState::Idle);
                 self.start(tag);
             }
         }

@@ -2,22 +2,21 @@
 //! device it is given (one or more LUNs of the path's target port), each device's tags a range of
 //! the path's ([`SlotMap`]).
 
+use super::requests::{commit, fail_now, need_get_data, start_io, Pending, UblkIo};
 use super::slots::{self, SlotMap, SlotsFull};
-use super::zeroing::Zeroing;
 use super::{OnRemoved, QueueStatus, Waiting};
-use crate::channel::block::{BlockOp, Geometry};
-use crate::channel::{clock_ms, Done};
+use crate::channel::block::Geometry;
+use crate::channel::clock_ms;
 use crate::path::{Event, Path, PathError, SessionLink, Woken, DOWN_TICK};
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
 use crate::session::Relogin;
 use crate::session::SrpChannel;
-use crate::stats::{IoCounters, IoKind};
-use crate::ublk::{Cqe, Iod, QueueSpec, Ring, UblkIoError};
+use crate::ublk::{Cqe, QueueSpec, Ring, UblkIoError};
 use crate::wire::srp::ScsiLun;
 use libublk::io::UblkDev;
 use libublk::sys;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,68 +79,12 @@ impl QueueError {
     }
 }
 
-/// What each slot's command is, and each device's counters (kept here, published by
-/// [`QueueStatus::publish`]).
-struct Pending {
-    slots: Vec<SlotIo>,
-    /// By the ring's device index.
-    io: Vec<IoCounters>,
-    /// Slots whose WRITE_ZEROES has another command to send ([`Queue::resubmit`]).
-    again: Vec<u16>,
-    /// The device's largest I/O: a zero write's most.
-    max_io: u32,
-}
-
-impl Pending {
-    fn new(depth: u16, devices: usize, max_io: u32) -> Pending {
-        let idle = SlotIo {
-            dev: 0,
-            len: 0,
-            rw: false,
-            kind: IoKind::Other,
-            started: Instant::now(),
-            zero: None,
-        };
-        Pending {
-            slots: vec![idle; usize::from(depth)],
-            io: vec![IoCounters::default(); devices],
-            again: Vec::new(),
-            max_io,
-        }
-    }
-
-    /// Counts slot `slot`'s command as done (`ok`) after `us` microseconds.
-    fn record(&mut self, slot: u16, ok: bool, us: u64) {
-        let t = self.slots[usize::from(slot)];
-        if let Some(io) = self.io.get_mut(usize::from(t.dev)) {
-            io.record(t.kind, t.len, ok, us);
-        }
-    }
-}
-
-/// A slot's command: its device (the ring's index), its length, whether its result is a byte
-/// count, its kind and when it came, and for a WRITE_ZEROES, how far it got.
-#[derive(Clone, Copy)]
-struct SlotIo {
-    dev: u16,
-    len: u32,
-    rw: bool,
-    kind: IoKind,
-    started: Instant,
-    zero: Option<Zeroing>,
-}
-
-/// The queue's ublk ring and the device queues it serves on it, each with its range of the
-/// path's tags (slots): the loop speaks slots, this maps them to each device's ublk tags.
-struct UblkIo {
-    ring: Ring,
-    slots: SlotMap,
-}
-
 /// Queue `qid` of one device, as the thread that serves it (and queue `qid` of the other devices
 /// of the same target port) is given it.
 pub(super) struct DeviceQueue<'a> {
-    pub dev: &'a UblkDev,
+    pub dev: Arc<UblkDev>,
+    /// Counts the queue threads that have let go of the device once it stopped.
+    pub released: &'a AtomicU16,
     /// The device's LUN: each of its commands names it.
     pub lun: ScsiLun,
     pub geo: Geometry,
@@ -154,6 +97,9 @@ pub(super) struct DeviceQueue<'a> {
 
 /// A device as the loop serves it (by the ring's device index).
 struct Served<'a> {
+    /// The device, until this queue lets go of it ([`Queue::release_stopped`]).
+    dev: Option<Arc<UblkDev>>,
+    released: &'a AtomicU16,
     lun: ScsiLun,
     /// Its geometry, as this queue last learnt it (a refused WRITE SAME turns it off).
     geo: Geometry,
@@ -192,6 +138,8 @@ struct Queue<'a> {
     pool: bool,
     /// Since when the queue has had nothing out on the fabric, once it went to sleep so.
     idle_since: Option<Instant>,
+    /// The driver ended a device's commands: a device is stopping.
+    stopping: bool,
 }
 
 /// Serves queue `qid` of every device in `devs` over channel `ch` until every one of them has
@@ -200,7 +148,7 @@ struct Queue<'a> {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_queue(
     qid: u16,
-    devs: &[DeviceQueue<'_>],
+    devs: Vec<DeviceQueue<'_>>,
     ch: SrpChannel,
     waiting: Waiting,
     relogin: Relogin,
@@ -208,24 +156,27 @@ pub(super) fn run_queue(
     on_removed: Option<OnRemoved>,
     shared: &Arc<SessionLink>,
 ) -> Result<(), QueueError> {
-    let started = start_queue(qid, devs, ch, relogin, rport);
+    let started = start_queue(qid, &devs, ch, relogin, rport);
     // a device starts once every queue has its FETCH commands out; a queue that cannot start
     // says so too, or the start would wait for it forever (libublk's only public way to fail the
     // wait is its mlock flag: the start then fails with EPERM, after this queue's error)
-    for d in devs {
+    for d in &devs {
         d.dev.notify_buffer_registration_complete(started.is_err());
     }
     let (io, mut path, max_io) = started?;
     path.join(shared.clone(), qid);
     let mut pending = Pending::new(io.slots.len(), devs.len(), max_io);
+    let pool = devs.first().is_some_and(|d| takes_pool(&d.dev));
     let served = devs
-        .iter()
+        .into_iter()
         .map(|d| Served {
+            dev_id: d.dev.dev_info.dev_id,
+            dev: Some(d.dev),
+            released: d.released,
             lun: d.lun,
             geo: d.geo,
             blocks: d.blocks,
             status: d.status,
-            dev_id: d.dev.dev_info.dev_id,
         })
         .collect();
     let mut qu = Queue {
@@ -239,8 +190,9 @@ pub(super) fn run_queue(
         cm_poll: false,
         wake_poll: false,
         tick_poll: false,
-        pool: devs.first().is_some_and(|d| takes_pool(d.dev)),
+        pool,
         idle_since: None,
+        stopping: false,
     };
     qu.serve(&mut path, &mut pending, waiting);
     let io = &mut qu.io;
@@ -263,8 +215,8 @@ fn start_queue(
     relogin: Relogin,
     rport: Rport,
 ) -> Result<(UblkIo, Path<Relogin>, u32), QueueError> {
-    let pool = devs.first().is_some_and(|d| takes_pool(d.dev));
-    if devs.iter().any(|d| takes_pool(d.dev) != pool) {
+    let pool = devs.first().is_some_and(|d| takes_pool(&d.dev));
+    if devs.iter().any(|d| takes_pool(&d.dev) != pool) {
         return Err(QueueError::MixedBuffers);
     }
     let depth = slots::total(devs.iter().map(|d| d.dev.dev_info.queue_depth))?;
@@ -370,6 +322,9 @@ impl Queue<'_> {
             }
             if let Some(event) = event {
                 self.on_event(event);
+            }
+            if self.stopping {
+                self.release_stopped(path, pending);
             }
             if stop {
                 return;
@@ -585,6 +540,7 @@ impl Queue<'_> {
                 },
                 Cqe::NeedsData { .. } => {}
                 Cqe::Ended { dev, tag, res } if res != sys::UBLK_IO_RES_ABORT => {
+                    self.stopping = true;
                     let id = self.devs.get(dev.index()).map_or(u32::MAX, |d| d.dev_id);
                     tracing::warn!(
                         "queue {} of /dev/ublkb{id}: ublk refused tag {tag}'s command: {res}",
@@ -592,7 +548,7 @@ impl Queue<'_> {
                     );
                 }
                 // the device stops
-                Cqe::Ended { .. } => {}
+                Cqe::Ended { .. } => self.stopping = true,
                 // a poll armed on an earlier login's fds means nothing now
                 Cqe::Own { op, arg, .. } => match op {
                     OP_POLL_CQ if arg == gen => fired.0 = true,
@@ -606,6 +562,47 @@ impl Queue<'_> {
         get_data
     }
 
+    /// Lets go of every device that has stopped and has nothing of this queue's left on the
+    /// path (each one's commands committed): out of the ring and the slot map, its handle
+    /// dropped and counted in its `released`, so the daemon can delete it while the queue serves
+    /// the others.
+    fn release_stopped(&mut self, path: &mut Path<Relogin>, pending: &mut Pending) {
+        self.stopping = false;
+        let stopped: Vec<(crate::ublk::Dev, u16, u16)> = self
+            .io
+            .slots
+            .devices()
+            .filter(|&(dev, _, _)| self.io.ring.is_done(dev))
+            .collect();
+        for (dev, base, depth) in stopped {
+            let (b, d) = (usize::from(base), usize::from(depth));
+            // pool writes whose data the stopped device will never send: their spans go back
+            for slot in base..base + depth {
+                let t = &mut pending.slots[usize::from(slot)];
+                if t.awaiting_data {
+                    (t.busy, t.awaiting_data) = (false, false);
+                    let io = &mut self.io;
+                    path.abandon(slot, &mut |d, b| commit(io, b, pending, d));
+                }
+            }
+            if pending.slots[b..b + d].iter().any(|t| t.busy) {
+                // the last commit clears it; look again then
+                self.stopping = true;
+                continue;
+            }
+            if let Err(e) = self.io.ring.remove_queue(dev) {
+                tracing::error!("queue {}: {}", self.qid, crate::Chain(&e));
+                continue;
+            }
+            self.io.slots.remove(dev);
+            if let Some(s) = self.devs.get_mut(dev.index()) {
+                s.dev = None;
+                s.released.fetch_add(1, Relaxed);
+                tracing::debug!("queue {}: /dev/ublkb{} let go", self.qid, s.dev_id);
+            }
+        }
+    }
+
     /// A request of a device or tag the queue does not serve: the ring checks both, so this is
     /// a defect, said loudly; the request is left alone (the driver ends it when the device
     /// stops).
@@ -617,179 +614,4 @@ impl Queue<'_> {
             dev.index()
         );
     }
-}
-
-impl UblkIo {
-    /// The request slot `slot` serves, as its device's driver described it.
-    fn iod(&self, slot: u16) -> Option<Iod> {
-        let (dev, tag) = self.slots.tag(slot)?;
-        self.ring.iod(dev, tag)
-    }
-
-    /// NEED_GET_DATA for the pool write in slot `slot`, whose span starts at `addr`.
-    fn get_data(&mut self, slot: u16, addr: u64) {
-        let Some((dev, tag)) = self.slots.tag(slot) else {
-            return tracing::error!("NEED_GET_DATA for slot {slot}, which serves no device");
-        };
-        let len = self.ring.iod(dev, tag).map_or(0, |iod| iod.len());
-        if let Err(e) = self.ring.get_data(dev, tag, (addr, len)) {
-            tracing::error!("{}", crate::Chain(&e));
-        }
-    }
-
-    /// Completes the request in slot `slot` with `res`; a read's data is at `data`.
-    fn commit(&mut self, slot: u16, res: i32, data: Option<(u64, u32)>) {
-        let Some((dev, tag)) = self.slots.tag(slot) else {
-            return tracing::error!("a commit for slot {slot}, which serves no device");
-        };
-        if let Err(e) = self.ring.commit(dev, tag, res, data) {
-            tracing::error!("{}", crate::Chain(&e));
-        }
-    }
-
-    /// Whether every device the ring serves has stopped and has nothing left in flight.
-    fn is_done(&self) -> bool {
-        self.slots
-            .devices()
-            .all(|(dev, _, _)| self.ring.is_done(dev))
-    }
-}
-
-/// Completes a finished command to ublk: a read's or write's byte count, or its errno. A
-/// WRITE_ZEROES with more to do goes to [`Pending::again`] instead.
-fn commit(io: &mut UblkIo, bufs: &TagBufs, pending: &mut Pending, mut d: Done) {
-    let slot = d.tag;
-    if let Some(z) = pending.slots[usize::from(slot)].zero.as_mut() {
-        match z.finished(&d.outcome) {
-            None => return pending.again.push(slot),
-            Some(0) => {}
-            Some(errno) => d = Done::failed(slot, errno),
-        }
-    }
-    let t = pending.slots[usize::from(slot)];
-    let res = match d.outcome.bytes(t.len) {
-        Ok(n) => {
-            if t.rw {
-                n as i32
-            } else {
-                0
-            }
-        }
-        Err(errno) => -errno,
-    };
-    pending.record(slot, res >= 0, t.started.elapsed().as_micros() as u64);
-    io.commit(slot, res, commit_span(bufs, slot, t.kind, res));
-}
-
-/// What a COMMIT names as slot `slot`'s data: the slot's buffer (the next request's data goes there
-/// too); with a pool, a read's span (the kernel copies the `res` bytes read out of it as it takes
-/// the COMMIT, and none of a failed read's) and nothing for the others.
-fn commit_span(bufs: &TagBufs, slot: u16, kind: IoKind, res: i32) -> Option<(u64, u32)> {
-    if !bufs.is_pool() {
-        return bufs.tag_span(slot);
-    }
-    match kind {
-        IoKind::Read => Some((bufs.commit_addr(slot), res.max(0) as u32)),
-        _ => None,
-    }
-}
-
-/// A pool write arrived without its data (NEED_GET_DATA): reserves its span and asks the kernel
-/// to copy the data there, or leaves it waiting for room. Returns whether it asked.
-fn need_get_data(
-    io: &mut UblkIo,
-    path: &mut Path<Relogin>,
-    pending: &mut Pending,
-    slot: u16,
-) -> bool {
-    let len = io.iod(slot).map_or(0, |iod| iod.len());
-    match path.reserve(slot, len) {
-        Ok(Some(addr)) => {
-            io.get_data(slot, addr);
-            true
-        }
-        Ok(None) => false,
-        // larger than the pool, which holds the device's largest I/O: not from this kernel
-        Err(errno) => {
-            let dev = io.slots.tag(slot).map_or(0, |(d, _)| d.index() as u16);
-            pending.slots[usize::from(slot)] = SlotIo {
-                dev,
-                len,
-                rw: true,
-                kind: IoKind::Write,
-                started: Instant::now(),
-                zero: None,
-            };
-            pending.record(slot, false, 0);
-            io.commit(slot, -errno, None);
-            false
-        }
-    }
-}
-
-/// Starts the ublk command in slot `slot` on the path for LUN `lun` of geometry `geo`, or
-/// completes it at once with its error.
-fn start_io(
-    io: &mut UblkIo,
-    path: &mut Path<Relogin>,
-    pending: &mut Pending,
-    (lun, geo): (ScsiLun, Geometry),
-    slot: u16,
-) {
-    let (Some(iod), Some((dev, _))) = (io.iod(slot), io.slots.tag(slot)) else {
-        return;
-    };
-    let (op, flags) = (iod.op(), iod.op_flags);
-    let (off, len) = (iod.offset(), iod.len());
-    let block_op = match op {
-        sys::UBLK_IO_OP_READ => Some(BlockOp::Read),
-        sys::UBLK_IO_OP_WRITE => Some(BlockOp::Write {
-            fua: flags & sys::UBLK_IO_F_FUA != 0,
-        }),
-        sys::UBLK_IO_OP_FLUSH => Some(BlockOp::Flush),
-        sys::UBLK_IO_OP_DISCARD => Some(BlockOp::Discard),
-        sys::UBLK_IO_OP_WRITE_ZEROES => Some(BlockOp::WriteZeroes {
-            may_unmap: flags & sys::UBLK_IO_F_NOUNMAP == 0,
-        }),
-        _ => None,
-    };
-    let zero = match block_op {
-        Some(BlockOp::WriteZeroes { may_unmap }) => {
-            Some(Zeroing::new(off, len, may_unmap, geo.write_same))
-        }
-        _ => None,
-    };
-    let idx = usize::from(slot);
-    pending.slots[idx] = SlotIo {
-        dev: dev.index() as u16,
-        len,
-        rw: matches!(block_op, Some(BlockOp::Read | BlockOp::Write { .. })),
-        kind: match block_op {
-            Some(BlockOp::Read) => IoKind::Read,
-            Some(BlockOp::Write { .. }) => IoKind::Write,
-            _ => IoKind::Other,
-        },
-        started: Instant::now(),
-        zero,
-    };
-    let result = match block_op {
-        None => Err(libc::EOPNOTSUPP),
-        Some(bop) => {
-            let (op, off, len) = match pending.slots[idx].zero.as_mut() {
-                Some(z) => z.command(pending.max_io),
-                None => (bop, off, len),
-            };
-            path.submit(slot, lun, op, off, len, &geo)
-        }
-    };
-    if let Err(errno) = result {
-        fail_now(io, path, pending, slot, errno);
-    }
-}
-
-/// Completes the ublk command in slot `slot` at once with `errno` (nothing of it is out on the path).
-fn fail_now(io: &mut UblkIo, path: &Path<Relogin>, pending: &mut Pending, slot: u16, errno: i32) {
-    let kind = pending.slots[usize::from(slot)].kind;
-    pending.record(slot, false, 0);
-    io.commit(slot, -errno, commit_span(path.bufs(), slot, kind, -errno));
 }

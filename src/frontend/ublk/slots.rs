@@ -83,6 +83,14 @@ impl SlotMap {
         Some((dev, slot - base))
     }
 
+    /// Takes device `dev` out: its slots serve nothing from now on (they are not given to
+    /// another device).
+    pub(super) fn remove(&mut self, dev: Dev) {
+        if let Some(r) = self.ranges.get_mut(dev.index()) {
+            *r = None;
+        }
+    }
+
     /// Every device and its first slot and depth.
     pub(super) fn devices(&self) -> impl Iterator<Item = (Dev, u16, u16)> + '_ {
         self.ranges.iter().flatten().copied()

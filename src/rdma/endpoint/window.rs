@@ -107,19 +107,19 @@ impl Endpoint {
         data.iter().copied().chain([self.scratch_mr]).find(key)
     }
 
-    /// Window `seg` of tag `win`: the windows are allocated a level (one per send slot) at a
-    /// time, level `seg` when a command first has that many segments.
+    /// Window `seg` of tag `win`: the windows are allocated a level (one per tag) at a time,
+    /// level `seg` when a command first has that many segments.
     fn window_index(&mut self, win: u16, seg: u16) -> Result<usize, TransportError> {
         let bad = |cause| TransportError {
             op: "bind memory window",
             cause,
         };
-        if win >= self.nr_send || seg >= self.max_segs {
+        if win >= self.nr_windows || seg >= self.max_segs {
             return Err(bad(TransportCause::NoWindow(win)));
         }
-        let i = usize::from(seg) * usize::from(self.nr_send) + usize::from(win);
+        let i = usize::from(seg) * usize::from(self.nr_windows) + usize::from(win);
         while self.windows.len() <= i {
-            self.alloc_windows(self.nr_send)
+            self.alloc_windows(self.nr_windows)
                 .map_err(|e| bad(TransportCause::Os(e.errno())))?;
         }
         Ok(i)
@@ -176,7 +176,7 @@ impl Endpoint {
     /// [`Memory::close_window`](crate::channel::Memory::close_window) for the endpoint:
     /// every open window of tag `win`.
     pub(super) fn invalidate_window(&mut self, win: u16) {
-        let n = usize::from(self.nr_send);
+        let n = usize::from(self.nr_windows);
         let mut i = usize::from(win);
         while i < self.windows.len() {
             self.invalidate(i);

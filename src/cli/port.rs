@@ -1,0 +1,171 @@
+//! One daemon per target port: `add --lun all` (or a list of LUNs) serves a device for each LUN
+//! over one set of channels, channel q carrying queue q of every device, as ib_srp's LUNs share
+//! their target port's channels. Each device keeps a state file of its own naming the daemon, so
+//! `list`, `stats`, `resize` and `del` work per device; `upgrade` and `recover --all` take every
+//! device of the daemon over together.
+
+use super::add::{
+    announce, block_signals, daemon_fields, forget, nexus_in_use, record_live, report_failure,
+    same_lun_as_before, session_state, spawn_signal_thread, spawn_state_refresher, without_lun,
+    AddArgs,
+};
+use super::spawn::{spawn_port_daemon, Announce};
+use anyhow::bail;
+use srp_ublk::frontend::ublk::{
+    self as front, CapacityStatus, LiveInfo, PortDevice, QueueStatus, UblkOptions,
+};
+use srp_ublk::session::state::DeviceState;
+use srp_ublk::session::{LunInfo, Session};
+use srp_ublk::wire::target::TargetSpec;
+use std::sync::Arc;
+
+/// `add` of the LUNs `luns` of `target`'s port: one daemon serving a device for each (this
+/// process in the foreground, or a daemon it starts and waits for, one READY line per device).
+pub(super) fn add(
+    a: &AddArgs,
+    target: &TargetSpec,
+    luns: &[u64],
+    is_daemon: bool,
+) -> anyhow::Result<()> {
+    if a.id.is_some() {
+        bail!("several LUNs make several devices, numbered by the driver: drop -n");
+    }
+    if !a.ids.is_empty() && a.ids.len() != luns.len() {
+        bail!(
+            "--ids names {} device(s) for {} LUN(s): one id per LUN, in the same order",
+            a.ids.len(),
+            luns.len()
+        );
+    }
+    if is_daemon || a.foreground {
+        let notify = is_daemon;
+        let r = serve(a, target, luns, notify);
+        if let (Err(e), true) = (&r, notify) {
+            report_failure(e);
+        }
+        return r;
+    }
+    // the daemon serves the LUNs found now (`--lun all` asked the target once, here)
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let mut argv = without_lun(&argv);
+    argv.extend(["--lun".into(), list(luns).into()]);
+    spawn_port_daemon(
+        &argv,
+        a.session.timeout,
+        Announce::json_if(a.json),
+        luns.len(),
+    )
+}
+
+fn list(luns: &[u64]) -> String {
+    luns.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What each device of the port publishes and is asked, in the order of its LUNs.
+struct Devices {
+    states: Vec<Option<DeviceState>>,
+    status: Vec<Arc<Vec<QueueStatus>>>,
+    caps: Vec<Arc<CapacityStatus>>,
+}
+
+/// The daemon: logs in once, interrogates every LUN, creates (or with --recover takes over) a
+/// device for each and serves them until each is deleted.
+fn serve(a: &AddArgs, target: &TargetSpec, luns: &[u64], notify: bool) -> anyhow::Result<()> {
+    let sigs = block_signals()?;
+    let mut opts = a.session.port_options(luns);
+    opts.share_nexus = nexus_in_use(target);
+    let session = Session::open(target, &opts)?;
+    let mut devs = Devices {
+        states: Vec::new(),
+        status: Vec::new(),
+        caps: Vec::new(),
+    };
+    let all: Vec<&LunInfo> = std::iter::once(&session.lun)
+        .chain(&session.more_luns)
+        .collect();
+    for (i, lun) in all.iter().enumerate() {
+        log_lun(lun, &session);
+        let mut st = session_state(target, &session, lun);
+        if let (true, Some(&id)) = (a.recover, a.ids.get(i)) {
+            same_lun_as_before(id, target, &st)?;
+        }
+        daemon_fields(a, &mut st)?;
+        devs.states.push(Some(st));
+        let queues = (0..session.channels.len()).map(|_| QueueStatus::default());
+        devs.status.push(Arc::new(queues.collect()));
+        devs.caps.push(Arc::new(CapacityStatus::default()));
+    }
+    super::daemon::protect_from_reclaim();
+    let id = |i: usize| a.ids.get(i).map_or(-1, |&n| n as i32);
+    let uopts = UblkOptions {
+        poll: a.poll,
+        cpus: a.cpus.clone(),
+        dev_id: id(0),
+        timers: a.timers()?,
+        recover: a.recover,
+        // a handover takes one device over; the port's devices hold I/O under their timers
+        // while the RDMA device is away
+        on_removed: None,
+        capacity: devs.caps[0].clone(),
+    };
+    let more = (1..all.len())
+        .map(|i| PortDevice {
+            dev_id: id(i),
+            status: devs.status[i].clone(),
+            capacity: devs.caps[i].clone(),
+        })
+        .collect();
+    let first = devs.status[0].clone();
+    let n = all.len();
+    let mut live: Vec<(u32, Arc<CapacityStatus>)> = Vec::with_capacity(n);
+    let mut sigs = Some(sigs);
+    let on_live = |i: usize, info: LiveInfo| {
+        let Some(mut st) = devs.states.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let (status, cap) = (devs.status[i].clone(), devs.caps[i].clone());
+        record_live(&mut st, &info, &status, &cap);
+        live.push((info.dev_id, cap.clone()));
+        announce(&info, notify, live.len() == n);
+        spawn_state_refresher(st, status, cap, info.dev_id);
+        // once every device is live (SIGTERM stops them all)
+        if live.len() == n {
+            if let Some(sigs) = sigs.take() {
+                spawn_signal_thread(sigs, live.clone());
+            }
+        }
+    };
+    let on_gone = |_, dev_id: u32| {
+        forget(dev_id);
+        tracing::info!("/dev/ublkb{dev_id} deleted; the port's other devices go on");
+    };
+    let r = front::serve_port(session, uopts, first, more, on_live, on_gone);
+    for d in DeviceState::all() {
+        if d.pid == std::process::id() {
+            DeviceState::remove(d.dev_id);
+        }
+    }
+    r?;
+    Ok(())
+}
+
+fn log_lun(lun: &LunInfo, session: &Session) {
+    tracing::info!(
+        "LUN {}: {} {} {} bytes, block {} bytes, {} queues x depth {} (shared by the port's {} \
+         LUNs), wce {} fua {} ro {}",
+        lun.lun,
+        lun.inquiry.vendor,
+        lun.inquiry.product,
+        lun.size(),
+        lun.capacity.block_len,
+        session.channels.len(),
+        session.depth,
+        1 + session.more_luns.len(),
+        lun.write_cache,
+        lun.fua,
+        lun.read_only
+    );
+}
