@@ -114,6 +114,9 @@ fuzz-setup: deps
 # srp-ublk's null backend against rublk's null target, pinned memory per queue and a whole-guest profile
 # split by initiator, fabric and target; knobs in tests/lab/bench/counters.sh; BENCH_PAIR=1 puts the target
 # in a guest of its own),
+# `just bench luns` (8 LUNs of one target port, fio QD4 on each at once: srp-ublk's port daemon
+# against ib_srp and, with BENCH_BASELINE, an older binary; IOPS, CPU per I/O, QPs, pinned memory;
+# tests/lab/bench/luns.sh),
 # `just bench nbd` (NBD front end vs nbdkit and qemu-nbd on the host), `just bench hotpath` (the channel
 # engine's instructions per 4 KiB read under callgrind, and ns per I/O), `just bench vm` (one VM in the lab
 # with the LUN as vhost-user-blk, as virtio-blk on /dev/ublkbN and on ib_srp's disk: the same fio job on
@@ -125,6 +128,7 @@ bench WHAT="lab": build
     case "{{WHAT}}" in
         lab) bash tests/lab/bench/run.sh;;
         counters) bash tests/lab/bench/run.sh counters;;
+        luns) bash tests/lab/bench/run.sh luns;;
         nbd) bash benches/nbd.sh;;
         hotpath)
             cargo build --release --locked --example hotpath
@@ -134,7 +138,7 @@ bench WHAT="lab": build
             echo "instructions per 4 KiB read (initiator side): $(( (b - a) / 100000 ))  [callgrind, (200k - 100k I/Os) / 100k]"
             target/release/examples/hotpath 2000000;;
         vm) NESTED_MODE=bench bash tests/lab/vm/nested.sh;;
-        *) echo "just bench: unknown benchmark '{{WHAT}}' (have: lab, counters, nbd, hotpath, vm)" >&2; exit 2;;
+        *) echo "just bench: unknown benchmark '{{WHAT}}' (have: lab, counters, luns, nbd, hotpath, vm)" >&2; exit 2;;
     esac
 
 # criterion benchmarks of the wire codecs

@@ -8,20 +8,20 @@ use anyhow::{bail, Context};
 use clap::Args;
 use srp_ublk::backend::{parse_spec, DemoKind, MemDisk};
 use srp_ublk::frontend::ublk::{
-    self as front, CapacityStatus, Handover, LiveInfo, OnRemoved, PollMode, QueueStatus,
-    UblkOptions, UblkSource,
+    self as front, CapacityStatus, LiveInfo, OnRemoved, PollMode, QueueStatus, UblkOptions,
+    UblkSource,
 };
 use srp_ublk::session::state::{DeviceState, QueueState};
 use srp_ublk::session::timers::{TimerError, Timers};
-use srp_ublk::session::{detached_channels, LunInfo, Relogin, Session};
+use srp_ublk::session::{LunInfo, Session};
 use srp_ublk::wire::target::TargetSpec;
 
 use super::LunSel;
 use std::io::Write;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use super::spawn::{spawn_daemon, Announce, DAEMON_ENV, JOURNAL_LOG, LOG_ENV};
 
@@ -272,7 +272,7 @@ fn serve(a: &AddArgs, target: Option<&TargetSpec>, notify: bool) -> anyhow::Resu
         dev_id: a.id.map_or(-1, |n| n as i32),
         timers: a.timers()?,
         recover: a.recover,
-        on_removed: target.map(|_| OnRemoved(Arc::new(hand_over))),
+        on_removed: target.map(|_| OnRemoved(Arc::new(super::handover::hand_over))),
         capacity: Arc::new(CapacityStatus::default()),
     };
     let st2 = status.clone();
@@ -395,6 +395,7 @@ pub(super) fn spawn_signal_thread(
             }
             Ok(sig) => {
                 for (dev_id, _) in &devices {
+                    let _about = super::logging::lines_about(&format!("ublkb{dev_id}"));
                     tracing::info!("{sig:?}: stopping ublk device {dev_id}");
                     if let Ok(c) = libublk::ctrl::UblkCtrl::new_simple(*dev_id as i32) {
                         let _ = c.kill_dev();
@@ -436,47 +437,6 @@ pub(super) fn forget(dev_id: u32) {
     let mut gone = DELETED.lock().unwrap_or_else(|e| e.into_inner());
     gone.push(dev_id);
     DeviceState::remove(dev_id);
-}
-
-/// Replaces this daemon's image with one that takes `/dev/ublkb<dev_id>` over (see [`OnRemoved`]):
-/// `add --recover --handover-since`, built from the device's state file as `recover` builds it.
-/// execve keeps the pid (the state file, `up --supervise` and systemd keep seeing a live daemon)
-/// and stderr (the log file), and closes every other descriptor: the uverbs and rdma_cm handles,
-/// so the kernel can finish removing the device, and the ublk ones, so ublk quiesces the device
-/// with its I/O queued for the new image. Returns only if the exec failed.
-fn hand_over(dev_id: u32, since: SystemTime) {
-    static STARTED: AtomicBool = AtomicBool::new(false);
-    if STARTED.swap(true, Relaxed) {
-        return; // another queue thread is doing it
-    }
-    let d = match DeviceState::read(&DeviceState::path(dev_id)) {
-        Ok(d) if d.geometry.is_some() => d,
-        Ok(_) => {
-            tracing::error!(
-                "cannot hand /dev/ublkb{dev_id} over: its state file has no block mapping"
-            );
-            return;
-        }
-        Err(e) => {
-            tracing::error!("cannot hand /dev/ublkb{dev_id} over: its state file: {e}");
-            return;
-        }
-    };
-    let ms = epoch_ms(since);
-    let mut argv = super::recover::argv(&d);
-    argv.extend(["--handover-since".into(), ms.to_string().into()]);
-    tracing::warn!(
-        "handing /dev/ublkb{dev_id} over to a new image of this daemon (pid {}): librdmacm lets go \
-         of a removed RDMA device only when the image ends",
-        std::process::id()
-    );
-    use std::os::unix::process::CommandExt;
-    // /proc/self/exe: the running binary even if a package upgrade replaced the file
-    let err = Command::new("/proc/self/exe").args(&argv).exec();
-    tracing::error!(
-        "handing /dev/ublkb{dev_id} over failed ({err}); I/O stays held under the timers, and the \
-         RDMA device removal completes when this daemon exits (`srp-ublk del`, or dev_loss_tmo)"
-    );
 }
 
 /// `srp-ublk upgrade`: replaces this daemon's image with the binary installed where it was started
@@ -535,47 +495,12 @@ fn re_exec(ids: &[u32]) {
     );
 }
 
-/// The device a previous image of this daemon handed over (see [`hand_over`]), from its state
-/// file: the same LUN, queues, depth and block mapping, its channels down since `since_ms`.
+/// The device a previous image of this daemon handed over (`-n N --handover-since`).
 fn handover_source(a: &AddArgs, since_ms: u64) -> anyhow::Result<(UblkSource, DeviceState)> {
     let id = a.id.context("--handover-since needs the device id: -n N")?;
-    let path = DeviceState::path(id);
-    let state = DeviceState::read(&path)
-        .with_context(|| format!("taking /dev/ublkb{id} over: reading {}", path.display()))?;
-    let Some(geometry) = state.geometry else {
-        bail!(
-            "{} has no block mapping (written by an older srp-ublk): `srp-ublk recover -n {id}` \
-             takes the device over once the target can be logged in to",
-            path.display()
-        );
-    };
-    let target = TargetSpec::parse(&state.target)?;
-    let (queues, depth) = (state.queues.len() as u16, state.depth);
-    let channels = detached_channels(&state.rdma_device, queues, depth, state.lun);
-    // the channels log in once the RDMA device is back: to this LUN only
-    let relogin = Relogin::new(
-        &target,
-        state.lun,
-        depth,
-        Duration::from_secs(a.session.timeout),
-    )
-    .expecting(state.identity());
-    let since = SystemTime::UNIX_EPOCH + Duration::from_millis(since_ms);
-    let ago = SystemTime::now().duration_since(since).unwrap_or_default();
-    let down_since = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
-    tracing::warn!(
-        "taking /dev/ublkb{id} over: {queues} queue(s) x depth {depth}, channels down for {ago:.1?} \
-         (RDMA device {} removed); they log in as the device comes back",
-        state.rdma_device
-    );
-    let h = Handover {
-        channels,
-        relogin,
-        depth,
-        geometry,
-        down_since,
-    };
-    Ok((UblkSource::Handover(Box::new(h)), state))
+    let timeout = Duration::from_secs(a.session.timeout);
+    let (h, mut states) = super::handover::take_over(&[id], since_ms, timeout)?;
+    Ok((UblkSource::Handover(Box::new(h)), states.remove(0)))
 }
 
 fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, DeviceState)> {
@@ -732,7 +657,7 @@ pub(super) fn refresh(state: &mut DeviceState, status: &[QueueStatus], cap: &Cap
 }
 
 /// Milliseconds since the epoch (what state files and the handover's command line carry).
-fn epoch_ms(t: SystemTime) -> u64 {
+pub(super) fn epoch_ms(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }

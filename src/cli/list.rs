@@ -3,8 +3,10 @@
 
 use clap::Args;
 use srp_ublk::session::exports::ExportState;
+use srp_ublk::session::ids::port_path;
 use srp_ublk::session::state::{DeviceState, QueueState};
 use srp_ublk::session::timers::show_tmo;
+use srp_ublk::wire::target::TargetSpec;
 
 /// `srp-ublk list ...`
 #[derive(Debug, Args)]
@@ -41,7 +43,10 @@ pub fn run(a: ListArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     for d in &devs {
-        print_device(d);
+        let shares = devs
+            .iter()
+            .any(|o| o.dev_id != d.dev_id && o.pid == d.pid && o.pid_start == d.pid_start);
+        print_device(d, shares);
     }
     for e in &exports {
         print_export(e);
@@ -207,8 +212,18 @@ fn print_queue(pid: u32, rdma_device: &str, q: &QueueState) {
     );
 }
 
-/// One device's lines of `list`.
-fn print_device(d: &DeviceState) {
+/// What the lines about device `d` start with, as a journalctl pattern: its name, and its port's
+/// if its daemon serves the port's other devices too.
+fn log_names(d: &DeviceState, shares: bool) -> String {
+    let port = TargetSpec::parse(&d.target).ok().filter(|_| shares);
+    match port {
+        Some(t) => format!("(ublkb{}|port {})", d.dev_id, port_path(&t)),
+        None => format!("ublkb{}", d.dev_id),
+    }
+}
+
+/// One device's lines of `list`; `shares` its daemon with other devices (a target port's).
+fn print_device(d: &DeviceState, shares: bool) {
     println!(
         "{}  {} {}  {} MiB{}  lun {}  {} queue(s) x depth {}  poll {}  {}  pid {}",
         d.bdev,
@@ -236,13 +251,14 @@ fn print_device(d: &DeviceState) {
     match d.log.as_str() {
         "" => {}
         // journald files a daemon's lines under the unit whose stderr it inherited, with the
-        // unit's other processes' lines; each of the daemon's starts with the device's name
+        // unit's other processes' lines; each of the daemon's starts with the device's name (a
+        // port daemon's lines not about one device, with the port's)
         super::spawn::JOURNAL_LOG => println!(
-            "    log the journal: journalctl{} -g '^ublkb{}: '",
+            "    log the journal: journalctl{} -g '^{}: '",
             d.unit
                 .as_deref()
                 .map_or(String::new(), |u| format!(" -u {u}")),
-            d.dev_id
+            log_names(d, shares)
         ),
         path => println!("    log {path}"),
     }

@@ -2,8 +2,11 @@
 //! /run/srp-ublk/logs, or, under systemd, the journal (the unit's stderr, which its daemons inherit:
 //! journald files their lines under the unit), each line with its syslog priority there so that
 //! `journalctl -p warning` finds the warnings; every line of a device's daemon starts with the
-//! device's name, which is how one device's lines are told from the unit's others.
+//! device's name, which is how one device's lines are told from the unit's others. A daemon that
+//! serves several devices (a target port's) names its port on its lines and the device on the
+//! lines about one device.
 
+use std::cell::RefCell;
 use std::io::{self, Write};
 use std::sync::OnceLock;
 use tracing::{Level, Metadata};
@@ -15,6 +18,31 @@ static SERVING: OnceLock<String> = OnceLock::new();
 /// Names what this process serves in every log line from now on ("ublkb3", "export lun0").
 pub fn name_lines(what: &str) {
     let _ = SERVING.set(format!("{what}: "));
+}
+
+thread_local! {
+    /// The device the lines this thread logs now are about, ahead of what the process serves.
+    static ABOUT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Names the device `what` ("ublkb3") in the lines this thread logs until the guard drops, in
+/// place of what the process serves: how a port daemon's lines about one of its devices are told
+/// from its others.
+pub fn lines_about(what: &str) -> About {
+    let before = ABOUT.with(|a| a.replace(Some(format!("{what}: "))));
+    About { before }
+}
+
+/// Names a device in this thread's lines while it lives ([`lines_about`]).
+pub struct About {
+    before: Option<String>,
+}
+
+impl Drop for About {
+    fn drop(&mut self) {
+        let before = self.before.take();
+        ABOUT.with(|a| *a.borrow_mut() = before);
+    }
 }
 
 /// Whether standard error is the journal: systemd's JOURNAL_STREAM names the stream it connected
@@ -57,9 +85,10 @@ impl<M> Tagged<M> {
         if let (true, Some(l)) = (self.journal, level) {
             p.extend_from_slice(priority(l).as_bytes());
         }
-        if let Some(s) = SERVING.get() {
-            p.extend_from_slice(s.as_bytes());
-        }
+        ABOUT.with(|a| match (&*a.borrow(), SERVING.get()) {
+            (Some(s), _) | (None, Some(s)) => p.extend_from_slice(s.as_bytes()),
+            (None, None) => {}
+        });
         p
     }
 }
@@ -144,6 +173,38 @@ mod tests {
         assert!(lines[0].starts_with("<4>ublkb7: "), "{out}");
         assert!(lines[0].ends_with("path down"), "{out}");
         assert!(lines[1].starts_with("<6>ublkb7: "), "{out}");
+    }
+
+    #[test]
+    fn a_line_about_one_device_names_it_in_place_of_the_port() {
+        let sink = Sink::default();
+        let s2 = sink.clone();
+        let tagged = Tagged::new(move || s2.clone(), false);
+        let sub = tracing_subscriber::fmt()
+            .with_writer(tagged)
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            {
+                let _about = lines_about("ublkb2");
+                tracing::info!("/dev/ublkb2 is live");
+                let _inner = lines_about("ublkb3");
+                tracing::info!("/dev/ublkb3 is live");
+            }
+            tracing::info!("channel 0 reconnected");
+        });
+        let out = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[0].starts_with("ublkb2: "), "{out}");
+        assert!(lines[1].starts_with("ublkb3: "), "{out}");
+        // the process's own name (another test may have set it), no device's
+        assert!(
+            !lines[2].starts_with("ublkb2") && !lines[2].starts_with("ublkb3"),
+            "{out}"
+        );
+        assert!(lines[2].ends_with("channel 0 reconnected"), "{out}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod device;
 pub mod discover;
 mod exported;
 pub mod features;
+mod handover;
 pub mod list;
 pub mod logfile;
 pub mod logging;

@@ -12,12 +12,15 @@ use super::add::{
 use super::spawn::{spawn_port_daemon, Announce};
 use anyhow::bail;
 use srp_ublk::frontend::ublk::{
-    self as front, CapacityStatus, LiveInfo, PortDevice, QueueStatus, UblkOptions,
+    self as front, CapacityStatus, LiveInfo, OnRemoved, PortDevice, PortSource, QueueStatus,
+    UblkOptions,
 };
+use srp_ublk::session::ids::port_path;
 use srp_ublk::session::state::DeviceState;
 use srp_ublk::session::{LunInfo, Session};
 use srp_ublk::wire::target::TargetSpec;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// `add` of the LUNs `luns` of `target`'s port: one daemon serving a device for each (this
 /// process in the foreground, or a daemon it starts and waits for, one READY line per device).
@@ -72,29 +75,29 @@ struct Devices {
 }
 
 /// The daemon: logs in once, interrogates every LUN, creates (or with --recover takes over) a
-/// device for each and serves them until each is deleted.
+/// device for each and serves them until each is deleted. With --handover-since it takes over,
+/// without a login, the devices a previous image handed over.
 fn serve(a: &AddArgs, target: &TargetSpec, luns: &[u64], notify: bool) -> anyhow::Result<()> {
+    // the lines about one device name it (`lines_about`); the port's others name the port
+    super::logging::name_lines(&format!("port {}", port_path(target)));
     let sigs = block_signals()?;
-    let mut opts = a.session.port_options(luns);
-    opts.share_nexus = nexus_in_use(target);
-    let session = Session::open(target, &opts)?;
+    let (source, states) = match a.handover_since {
+        Some(ms) => {
+            let timeout = Duration::from_secs(a.session.timeout);
+            let (h, states) = super::handover::take_over(&a.ids, ms, timeout)?;
+            (PortSource::Handover(Box::new(h)), states)
+        }
+        None => login(a, target, luns)?,
+    };
     let mut devs = Devices {
         states: Vec::new(),
         status: Vec::new(),
         caps: Vec::new(),
     };
-    let all: Vec<&LunInfo> = std::iter::once(&session.lun)
-        .chain(&session.more_luns)
-        .collect();
-    for (i, lun) in all.iter().enumerate() {
-        log_lun(lun, &session);
-        let mut st = session_state(target, &session, lun);
-        if let (true, Some(&id)) = (a.recover, a.ids.get(i)) {
-            same_lun_as_before(id, target, &st)?;
-        }
+    for mut st in states {
         daemon_fields(a, &mut st)?;
+        let queues = (0..st.queues.len().max(1)).map(|_| QueueStatus::default());
         devs.states.push(Some(st));
-        let queues = (0..session.channels.len()).map(|_| QueueStatus::default());
         devs.status.push(Arc::new(queues.collect()));
         devs.caps.push(Arc::new(CapacityStatus::default()));
     }
@@ -106,12 +109,11 @@ fn serve(a: &AddArgs, target: &TargetSpec, luns: &[u64], notify: bool) -> anyhow
         dev_id: id(0),
         timers: a.timers()?,
         recover: a.recover,
-        // a handover takes one device over; the port's devices hold I/O under their timers
-        // while the RDMA device is away
-        on_removed: None,
+        // every device goes to a new image together
+        on_removed: Some(OnRemoved(Arc::new(super::handover::hand_over))),
         capacity: devs.caps[0].clone(),
     };
-    let more = (1..all.len())
+    let more = (1..devs.states.len())
         .map(|i| PortDevice {
             dev_id: id(i),
             status: devs.status[i].clone(),
@@ -119,7 +121,7 @@ fn serve(a: &AddArgs, target: &TargetSpec, luns: &[u64], notify: bool) -> anyhow
         })
         .collect();
     let first = devs.status[0].clone();
-    let n = all.len();
+    let n = devs.states.len();
     let mut live: Vec<(u32, Arc<CapacityStatus>)> = Vec::with_capacity(n);
     let mut sigs = Some(sigs);
     let on_live = |i: usize, info: LiveInfo| {
@@ -127,6 +129,7 @@ fn serve(a: &AddArgs, target: &TargetSpec, luns: &[u64], notify: bool) -> anyhow
             return;
         };
         let (status, cap) = (devs.status[i].clone(), devs.caps[i].clone());
+        let _about = super::logging::lines_about(&format!("ublkb{}", info.dev_id));
         record_live(&mut st, &info, &status, &cap);
         live.push((info.dev_id, cap.clone()));
         announce(&info, notify, live.len() == n);
@@ -139,10 +142,11 @@ fn serve(a: &AddArgs, target: &TargetSpec, luns: &[u64], notify: bool) -> anyhow
         }
     };
     let on_gone = |_, dev_id: u32| {
+        let _about = super::logging::lines_about(&format!("ublkb{dev_id}"));
         forget(dev_id);
         tracing::info!("/dev/ublkb{dev_id} deleted; the port's other devices go on");
     };
-    let r = front::serve_port(session, uopts, first, more, on_live, on_gone);
+    let r = front::serve_port(source, uopts, first, more, on_live, on_gone);
     for d in DeviceState::all() {
         if d.pid == std::process::id() {
             DeviceState::remove(d.dev_id);
@@ -150,6 +154,29 @@ fn serve(a: &AddArgs, target: &TargetSpec, luns: &[u64], notify: bool) -> anyhow
     }
     r?;
     Ok(())
+}
+
+/// Logs in to the port and interrogates the LUNs `luns`: the session and a state for each LUN's
+/// device (with --recover, each checked against the device's state file).
+fn login(
+    a: &AddArgs,
+    target: &TargetSpec,
+    luns: &[u64],
+) -> anyhow::Result<(PortSource, Vec<DeviceState>)> {
+    let mut opts = a.session.port_options(luns);
+    opts.share_nexus = nexus_in_use(target);
+    let session = Session::open(target, &opts)?;
+    let all = std::iter::once(&session.lun).chain(&session.more_luns);
+    let mut states = Vec::with_capacity(luns.len());
+    for (i, lun) in all.enumerate() {
+        log_lun(lun, &session);
+        let st = session_state(target, &session, lun);
+        if let (true, Some(&id)) = (a.recover, a.ids.get(i)) {
+            same_lun_as_before(id, target, &st)?;
+        }
+        states.push(st);
+    }
+    Ok((PortSource::Srp(Box::new(session)), states))
 }
 
 fn log_lun(lun: &LunInfo, session: &Session) {

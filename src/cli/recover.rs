@@ -12,7 +12,8 @@ use std::ffi::OsString;
 /// `srp-ublk recover ...`
 #[derive(Debug, Args)]
 pub struct RecoverArgs {
-    /// The device: N, /dev/ublkbN or a path that leads to it (/dev/disk/by-id/...).
+    /// The device: N, /dev/ublkbN or a path that leads to it (/dev/disk/by-id/...). The other
+    /// devices its daemon served (a target port's) are recovered with it.
     #[arg(short = 'n', long = "number", value_name = "DEVICE", value_parser = super::device::parse,
           required_unless_present = "all")]
     pub id: Option<u32>,
@@ -53,7 +54,7 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
                 d.pid
             );
         }
-        vec![d]
+        with_daemon_mates(d)
     };
     if devs.is_empty() {
         if a.json {
@@ -79,16 +80,34 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
     report.finish("recovered")
 }
 
+/// Device `d` and the other devices its dead daemon served (a target port's daemon serves every
+/// LUN's): they went down together and are taken over together, over one set of channels.
+fn with_daemon_mates(d: DeviceState) -> Vec<DeviceState> {
+    let mut devs = vec![d];
+    for o in DeviceState::all() {
+        if o.dev_id != devs[0].dev_id && same_daemon(&devs[0], &o) {
+            eprintln!(
+                "{} lost the same daemon (pid {}): it is recovered with {}",
+                o.bdev, o.pid, devs[0].bdev
+            );
+            devs.push(o);
+        }
+    }
+    devs
+}
+
+/// Whether devices `a` and `b` were served by the same daemon (the same process, started at the
+/// same time, of the same target).
+fn same_daemon(a: &DeviceState, b: &DeviceState) -> bool {
+    a.pid == b.pid && a.pid_start == b.pid_start && a.target == b.target
+}
+
 /// The devices by the daemon that served them: the devices of one target port's daemon are taken
 /// over together, by one new daemon over one set of channels.
 pub(crate) fn by_daemon(devs: Vec<DeviceState>) -> Vec<Vec<DeviceState>> {
     let mut groups: Vec<Vec<DeviceState>> = Vec::new();
     for d in devs {
-        let same = |g: &Vec<DeviceState>| {
-            g.first().is_some_and(|f| {
-                f.pid == d.pid && f.pid_start == d.pid_start && f.target == d.target
-            })
-        };
+        let same = |g: &Vec<DeviceState>| g.first().is_some_and(|f| same_daemon(f, &d));
         match groups.iter_mut().find(|g| same(g)) {
             Some(g) => g.push(d),
             None => groups.push(vec![d]),
@@ -112,13 +131,8 @@ pub(crate) fn recover_together(
     super::spawn::spawn_port_daemon(&port_argv(devs), timeout, out, devs.len())
 }
 
-/// The `add` command line that serves `d` again: same target, LUN, queues, depth, completion mode
-/// and timers, taking over its device id.
-pub(crate) fn argv(d: &DeviceState) -> Vec<OsString> {
-    port_argv(std::slice::from_ref(d))
-}
-
-/// The `add --recover` command line that takes devices `devs` over in one daemon: one device, or
+/// The `add --recover` command line that takes devices `devs` over in one daemon (same target,
+/// LUNs, queues, depth, completion mode and timers, each device id taken over): one device, or
 /// the devices of every LUN of one target port (a daemon that served them together), each LUN
 /// with its device id (`--ids`, in the order of `--lun`). Empty for no device.
 pub(crate) fn port_argv(devs: &[DeviceState]) -> Vec<OsString> {
@@ -188,7 +202,7 @@ mod tests {
             ..Default::default()
         };
         let mut args = vec![OsString::from("srp-ublk")];
-        args.extend(argv(&d));
+        args.extend(port_argv(std::slice::from_ref(&d)));
         let cli = Cli::try_parse_from(args).unwrap();
         let Command::Add(a) = cli.command else {
             panic!("not an add")
@@ -204,7 +218,7 @@ mod tests {
         assert_eq!(a.owner.as_deref(), Some("lab"));
         // what a daemon whose RDMA device is being removed execs (cli::add::hand_over)
         let mut args = vec![OsString::from("srp-ublk")];
-        args.extend(argv(&d));
+        args.extend(port_argv(std::slice::from_ref(&d)));
         args.extend(["--handover-since".into(), "1764580000123".into()]);
         let Command::Add(a) = Cli::try_parse_from(args).unwrap().command else {
             panic!("not an add")

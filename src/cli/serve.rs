@@ -261,9 +261,10 @@ fn taken_over(
     let h: NbdHandover = serde_json::from_str(json).with_context(|| {
         format!("{HANDOVER_ENV} does not describe an export (set by srp-ublk only)")
     })?;
-    let channels = detached_channels(&h.rdma_device, h.channels, h.depth, h.lun);
+    let channels = detached_channels(&h.rdma_device, h.channels, h.depth, h.lun, h.depth);
     let timeout = std::time::Duration::from_secs(a.session.timeout);
-    let relogin = Relogin::new(target, h.lun, h.depth, timeout).expecting(h.identity.clone());
+    let relogin =
+        Relogin::new(target, h.lun, h.depth, timeout).expecting(h.lun, h.identity.clone());
     tracing::warn!(
         "serving LUN {} again after RDMA device {} went away: {} channel(s) log in as it comes back",
         h.lun,

@@ -163,21 +163,31 @@ pub enum UblkFrontError {
     },
 }
 
-/// A device taken over, without a login, from a daemon whose RDMA device went away: its channels
-/// start down (on detached endpoints, [`crate::session::detached_channels`]) and log in with their
-/// first reconnect; the timers count from `down_since`, when the previous daemon's channel went
-/// down.
+/// Devices taken over, without a login, from a daemon whose RDMA device went away (one, or every
+/// device of a target port's daemon): the channels start down (on detached endpoints,
+/// [`crate::session::detached_channels`]) and log in with their first reconnect; the timers count
+/// from `down_since`, when the previous daemon's channel went down.
 pub struct Handover {
     /// One channel per queue, each down.
     pub channels: Vec<SrpChannel>,
     /// How they log in.
     pub relogin: Relogin,
-    /// Queue depth (the device's).
+    /// Queue depth (each device's).
     pub depth: u16,
-    /// The LUN's block mapping, as the previous daemon had it.
-    pub geometry: Geometry,
+    /// The devices: the first is [`UblkOptions::dev_id`]'s, the others [`serve_port`]'s `more`
+    /// in order.
+    pub devices: Vec<HandedDevice>,
     /// When the channels went down.
     pub down_since: Instant,
+}
+
+/// A device a [`Handover`] takes over: its LUN and block mapping, as the previous daemon had them.
+#[derive(Clone, Copy, Debug)]
+pub struct HandedDevice {
+    /// The LUN its commands name.
+    pub lun: u64,
+    /// Its block mapping.
+    pub geometry: Geometry,
 }
 
 /// What a ublk device is served from.
@@ -211,7 +221,9 @@ pub fn serve(
 ) -> Result<(), UblkFrontError> {
     let parts = match source {
         UblkSource::Srp(s) => SrpParts::new(*s, &opts, status, Vec::new()),
-        UblkSource::Handover(h) if opts.recover => SrpParts::handover(*h, &opts, status),
+        UblkSource::Handover(h) if opts.recover => {
+            SrpParts::handover(*h, &opts, status, Vec::new())
+        }
         UblkSource::Handover(_) => return Err(UblkFrontError::HandoverNeedsRecovery),
         UblkSource::Demo {
             size,
@@ -251,22 +263,35 @@ pub struct PortDevice {
     pub capacity: Arc<CapacityStatus>,
 }
 
-/// Creates a device for each LUN of `session` (its first LUN's with `opts`' id, capacity and
+/// Creates a device for each LUN of the session (its first LUN's with `opts`' id, capacity and
 /// `status`; each of [`Session::more_luns`] with the `more` device of the same position), or with
-/// [`UblkOptions::recover`] takes them over, and serves them all over the session's channels, channel q carrying queue q of
-/// every device, until each has stopped. `on_live` runs for each device once it is live, with its
-/// position (0: the first LUN's); `on_gone` for each device deleted while others serve (with its
-/// id: `srp-ublk del` of that device stopped it).
+/// [`UblkOptions::recover`] takes them over (a handover's devices in the same way), and serves them
+/// all over the same channels, channel q carrying queue q of every device, until each has
+/// stopped. `on_live` runs for each device once it is live, with its position (0: the first
+/// LUN's); `on_gone` for each device deleted while others serve (with its id: `srp-ublk del` of
+/// that device stopped it).
 pub fn serve_port(
-    session: Session,
+    source: PortSource,
     opts: UblkOptions,
     status: Arc<Vec<QueueStatus>>,
     more: Vec<PortDevice>,
     on_live: impl FnMut(usize, LiveInfo),
     on_gone: impl FnMut(usize, u32),
 ) -> Result<(), UblkFrontError> {
-    let parts = SrpParts::new(session, &opts, status, more);
+    let parts = match source {
+        PortSource::Srp(s) => SrpParts::new(*s, &opts, status, more),
+        PortSource::Handover(h) if opts.recover => SrpParts::handover(*h, &opts, status, more),
+        PortSource::Handover(_) => return Err(UblkFrontError::HandoverNeedsRecovery),
+    };
     serve_srp(parts, opts, on_live, on_gone)
+}
+
+/// What a port daemon's devices are served from ([`serve_port`]).
+pub enum PortSource {
+    /// A session logged in to the port, with every LUN interrogated.
+    Srp(Box<Session>),
+    /// Devices taken over after an RDMA device removal (user recovery only).
+    Handover(Box<Handover>),
 }
 
 /// How a queue waits for completions, decided once for the machine from the `--poll` mode.

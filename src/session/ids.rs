@@ -67,11 +67,17 @@ pub fn udev_properties(d: &DeviceState) -> Vec<(&'static str, String)> {
 
 /// `srp-<id_ext>-<dest IP:port | dgid>-lun-<N>`: what `/dev/disk/by-path/` names the device by.
 pub fn id_path(t: &TargetSpec, lun: u64) -> String {
+    format!("{}-lun-{lun}", port_path(t))
+}
+
+/// `srp-<id_ext>-<dest IP:port | dgid>`: the target port, as [`id_path`] names it (a port
+/// daemon's log lines start with it).
+pub fn port_path(t: &TargetSpec) -> String {
     let via = match t.transport {
         Transport::RdmaCm { dest, .. } => dest.to_string(),
         Transport::IbCm { dgid, .. } => hex16(&dgid),
     };
-    format!("srp-{:016x}-{via}-lun-{lun}", t.id_ext)
+    format!("srp-{:016x}-{via}", t.id_ext)
 }
 
 #[cfg(test)]

@@ -431,12 +431,14 @@ impl Session {
 /// (the RDMA device the previous daemon used, for messages): what a daemon serves first when it
 /// takes a device over from one whose RDMA device went away. It knows the LUN from the device's
 /// state file, so nothing needs the target before the queues start; each channel logs in with its
-/// first reconnect, under the transport-class timers, as any channel that went down does.
+/// first reconnect, under the transport-class timers, as any channel that went down does. Each
+/// holds `tags` tags (a port daemon's devices together; `depth` for one device).
 pub fn detached_channels(
     device: &str,
     queues: u16,
     depth: u16,
     lun: u64,
+    tags: u16,
 ) -> Vec<Channel<Endpoint>> {
     (0..queues)
         .map(|_| {
@@ -451,7 +453,8 @@ pub fn detached_channels(
                 // the target the device was served from accepted what srp-ublk asks for
                 max_it_iu_len: size::IMM_DATA_OFFSET as u32 + MAX_IMM_DATA,
                 max_retries: 5,
-            };
+            }
+            .with_tags(tags);
             let mut ch = Channel::new(Endpoint::detached(device), cfg);
             ch.declare_down(crate::channel::DownReason::Handover {
                 device: device.to_string(),

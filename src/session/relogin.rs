@@ -17,8 +17,8 @@ pub struct Relogin {
     params: ConnectParams,
     lun: u64,
     depth: u16,
-    /// The LUN every new login must find (see [`Relogin::expecting`]).
-    expect: Option<LunIdentity>,
+    /// The LUNs every new login must find, each by its number (see [`Relogin::expecting`]).
+    expect: Vec<(u64, LunIdentity)>,
 }
 
 /// A new login for a channel that went down.
@@ -39,7 +39,7 @@ impl Relogin {
             params: connect_params(target, MultiChannelAction::Multi, depth, timeout),
             lun,
             depth,
-            expect: None,
+            expect: Vec::new(),
         }
     }
 
@@ -63,19 +63,19 @@ impl Relogin {
         p.timeout = p.timeout.min(step);
         let ep = Endpoint::connect(&p)?;
         let cfg = channel_config(&ep, self.depth, self.lun, p.req_it_iu_len);
-        let Some(want) = &self.expect else {
+        if self.expect.is_empty() {
             return Ok(Fresh {
                 ep,
                 req_lim: cfg.req_lim,
                 max_imm: cfg.max_imm,
             });
-        };
+        }
         let mut ch = Channel::new(ep, cfg);
-        let now = lun_identity(&mut ch, self.lun)?;
-        want.check(&now).map_err(|source| SessionError::NotTheLun {
-            lun: self.lun,
-            source,
-        })?;
+        for (lun, want) in &self.expect {
+            let now = lun_identity(&mut ch, *lun)?;
+            want.check(&now)
+                .map_err(|source| SessionError::NotTheLun { lun: *lun, source })?;
+        }
         Ok(Fresh {
             req_lim: ch.req_lim(),
             max_imm: cfg.max_imm,
@@ -96,16 +96,17 @@ impl Relogin {
     pub fn for_lun(&self, lun: u64) -> Relogin {
         Relogin {
             lun,
-            expect: None,
+            expect: Vec::new(),
             ..self.clone()
         }
     }
 
-    /// Every login from now on must find the LUN `id` names (its WWID or serial, size and logical
-    /// block size): what a daemon that took a device over without a login of its own checks, so
-    /// that a LUN mapping changed while the RDMA device was away never gets the device's I/O.
-    pub fn expecting(mut self, id: LunIdentity) -> Relogin {
-        self.expect = Some(id);
+    /// Every login from now on must find LUN `lun` as `id` names it (its WWID or serial, size and
+    /// logical block size): what a daemon that took devices over without a login of its own
+    /// checks for each, so that a LUN mapping changed while the RDMA device was away never gets a
+    /// device's I/O.
+    pub fn expecting(mut self, lun: u64, id: LunIdentity) -> Relogin {
+        self.expect.push((lun, id));
         self
     }
 }

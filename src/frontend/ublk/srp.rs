@@ -173,32 +173,39 @@ impl SrpParts {
         }
     }
 
-    /// The device a handover takes over.
+    /// The devices a handover takes over: its first with `opts`' id and capacity and `status`,
+    /// each other with the `more` device of the same position.
     pub(super) fn handover(
         h: Handover,
         opts: &UblkOptions,
         status: Arc<Vec<QueueStatus>>,
+        more: Vec<PortDevice>,
     ) -> SrpParts {
-        // the detached channels were made for the LUN the previous daemon served
-        let lun = h
-            .channels
-            .first()
-            .map_or(ScsiLun::from_int(0), |c| c.config().lun);
-        let device = SrpDevice {
-            new: None,
-            lun,
-            geo: h.geometry,
-            lun_num: lun.to_int(),
+        let first = PortDevice {
             dev_id: opts.dev_id,
             status,
             capacity: opts.capacity.clone(),
         };
+        let devices = h
+            .devices
+            .iter()
+            .zip(std::iter::once(first).chain(more))
+            .map(|(d, slot)| SrpDevice {
+                new: None,
+                lun: ScsiLun::from_int(d.lun),
+                geo: d.geometry,
+                lun_num: d.lun,
+                dev_id: slot.dev_id,
+                status: slot.status,
+                capacity: slot.capacity,
+            })
+            .collect();
         SrpParts {
             channels: h.channels,
             relogin: h.relogin,
             depth: h.depth,
             down_since: Some(h.down_since),
-            devices: vec![device],
+            devices,
         }
     }
 }

@@ -6,14 +6,15 @@
 # alone. BENCH_PAIR=1 (counters only): the target in a guest of its own (lab.sh pair), so that the
 # initiator guest's CPU is the initiator's, its fabric side's and fio's only.
 set -euo pipefail
-# `run.sh counters`: the paired-round counters (counters.sh, counters.py) instead of the full bench
+# `run.sh counters`: the paired-round counters (counters.sh, counters.py) instead of the full bench;
+# `run.sh luns`: 8 LUNs of one target port at once (luns.sh, luns.py)
 WHAT=${1:-lab}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 command -v python3 >/dev/null || { echo "bench: python3 is needed for the report (apt-get install python3)" >&2; exit 2; }
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 # Binaries the guest runs beside srp-ublk, through a 9p share of their own ("baseline"):
-# BENCH_BASELINE=BINARY (counters): an older srp-ublk binary, as the initiator srp_ublk_baseline;
+# BENCH_BASELINE=BINARY (counters, luns): an older srp-ublk binary, as the initiator srp_ublk_baseline;
 # rublk (counters, unless BENCH_RUBLK=0): its null target against `srp-ublk add --backend null`,
 # built here once (crates.io, into target/bench/rublk) when missing
 base_dir=$ROOT/target/bench/baseline
@@ -51,11 +52,22 @@ trap 'rm -f "$job"' EXIT
              BENCH_MODE_ROUNDS BENCH_BASELINE_NAME BENCH_RUBLK BENCH_PROFILE; do
         [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
     done
-    if [ "$WHAT" = counters ]; then cat "$HERE/counters.sh"; else cat "$HERE/guest.sh"; fi
+    case $WHAT in
+        counters) cat "$HERE/counters.sh" ;;
+        luns) cat "$HERE/luns.sh" ;;
+        *) cat "$HERE/guest.sh" ;;
+    esac
 } > "$job"
 t0=$SECONDS
 LAB_QEMU_EXTRA="$extra" LAB_TIMEOUT=${LAB_TIMEOUT:-2400} bash "$ROOT/tests/lab/lab.sh" $how "$job"
 mkdir -p "$ROOT/target/bench"
+if [ "$WHAT" = luns ]; then
+    raw=$ROOT/target/bench/luns-$stamp
+    cp -r "$ROOT/target/lab/out/luns" "$raw"
+    python3 "$HERE/luns.py" "$raw" "$raw.json"
+    echo "bench luns: $((SECONDS - t0)) s; summary $raw.json; raw results $raw/"
+    exit 0
+fi
 if [ "$WHAT" = counters ]; then
     raw=$ROOT/target/bench/counters-$stamp
     cp -r "$ROOT/target/lab/out/${BENCH_PAIR:+pair/}counters" "$raw"

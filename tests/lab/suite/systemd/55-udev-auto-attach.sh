@@ -1,8 +1,8 @@
 # udev auto-attach (issue 23), nothing typed: with a target file in targets.d and no unit started,
 # creating the RDMA port (`rdma link add`) runs 61-srp-ublk-port.rules -> srp-ublk-port@rxe0 ->
 # srp-ublk@auto, and the target's devices come up. Removing and re-adding the port under I/O is
-# survived: the daemons hand their devices over, the port unit runs again, the devices recover, and
-# no second daemon or device appears.
+# survived: the port's daemon (one for both LUNs) hands its devices over to a new image of itself,
+# the port unit runs again, the devices recover, and no second daemon or device appears.
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh
 U=srp-ublk@auto.service
@@ -40,7 +40,8 @@ journalctl -u srp-ublk-port@rxe0.service --no-pager | grep -q "Finished\|Started
     fail "srp-ublk-port@rxe0 did not run: $(journalctl -u srp-ublk-port@rxe0.service --no-pager | tail)"
 d0=$(srp-ublk list | grep ' lun 0 ' | cut -d' ' -f1)
 n0=$(daemons)
-expect_eq "daemons" "$n0" 2
+expect_eq "daemons (one for the target port's two LUNs)" "$n0" 1
+pid0=$(pgrep -f -- ' add --')
 verify_start "$d0" 32M
 sleep 3
 # the port removed and re-added under I/O
@@ -56,6 +57,9 @@ sleep 3
 verify_stop
 expect_eq "devices after the port came back" "$(live)" "2 2"
 expect_eq "daemons after the port came back (no duplicate)" "$(daemons)" "$n0"
+expect_eq "the daemon's pid (handed over to a new image of itself)" "$(pgrep -f -- ' add --')" "$pid0"
+journalctl -u "$U" -o cat --no-pager | grep -q "handing /dev/ublkb[0-9]*, /dev/ublkb[0-9]* over to a new image" ||
+    fail "the daemon did not hand both devices over: $(journalctl -u "$U" -o cat --no-pager | tail -20)"
 expect_eq "unit state after the port came back" "$(systemctl is-active "$U")" active
 systemctl stop "$U" || fail "systemctl stop $U"
 i=0; while [ -n "$(ls /dev/ublkb* 2>/dev/null)" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
