@@ -25,9 +25,10 @@ die() { echo "luns: error: $*"; srp-ublk del --all >/dev/null 2>&1; lab-ref-deta
 cpu() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 # pins PIDS: the memory those processes (comma-separated) pinned, in KiB
 pins() { for p in $(echo "$1" | tr ',' ' '); do awk '/^VmPin/{print $2}' "/proc/$p/status"; done | awk '{s+=$1} END{print s+0}'; }
-# qps PIDS: the QPs those processes own; qps_kernel: ib_srp's (kernel QPs show their module as comm)
+# qps PIDS: the QPs those processes own; qps_kernel: the QPs no process owns (the kernel's). ib_srp's
+# are half of those its logins add: in one guest, each login adds ib_srpt's QP for it as well
 qps() { for p in $(echo "$1" | tr ',' ' '); do /usr/bin/rdma res show qp | grep -cE "pid $p( |$)"; done | awk '{s+=$1} END{print s+0}'; }
-qps_kernel() { /usr/bin/rdma res show qp | grep -c '\[ib_srp\]'; }
+qps_kernel() { /usr/bin/rdma res show qp | grep -vc ' pid '; }
 # daemons DEVS: the daemons' pids named by those devices' state files, comma-separated
 daemons() {
     for d in $1; do grep -o '"pid": *[0-9]*' "/run/srp-ublk/${d#/dev/}.json" | grep -o '[0-9]*$'; done | sort -u | paste -sd,
@@ -65,6 +66,7 @@ if [ -n "${BENCH_BASELINE_NAME:-}" ]; then
     echo "srp_ublk_baseline $bdevs" >> "$OUT/devices"
     echo "srp_ublk_baseline pids=$bpids qps=$(qps "$bpids") pinned_kib=$(pins "$bpids")" >> "$OUT/meta"
 fi
+k0=$(qps_kernel)
 lab-ref-attach "ch_count=$QUEUES,queue_size=$((DEPTH + 1))" >/dev/null || die "lab-ref-attach failed"
 udevadm settle 2>/dev/null
 sds=
@@ -77,7 +79,7 @@ sds=$(echo $sds)
 [ "$(echo $sds | wc -w)" = 8 ] || die "ib_srp gave $(echo $sds | wc -w) disks for 8 LUNs: $sds"
 inis="$inis ib_srp"
 echo "ib_srp $sds" >> "$OUT/devices"
-echo "ib_srp qps=$(qps_kernel) pinned_kib=0" >> "$OUT/meta"
+echo "ib_srp qps=$((($(qps_kernel) - k0) / 2)) pinned_kib=0" >> "$OUT/meta"
 cat "$OUT/meta"
 
 # run INI ROUND: fio on the initiator's 8 devices at once, QD4 random 4 KiB reads and writes
