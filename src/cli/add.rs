@@ -590,9 +590,7 @@ pub(super) fn same_lun_as_before(
 /// Whether a live srp-ublk device (another LUN of the target, say) has channels in the nexus a
 /// login to `target` would join.
 pub(super) fn nexus_in_use(target: &TargetSpec) -> bool {
-    DeviceState::of_nexus(target)
-        .iter()
-        .any(|d| d.pid != std::process::id() && d.daemon_alive())
+    DeviceState::nexus_shared(target)
 }
 
 fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {

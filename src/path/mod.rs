@@ -625,6 +625,13 @@ impl<C: Connect> Path<C> {
     /// what was held, or try again after reconnect_delay.
     fn reconnect(&mut self, now: Instant, done: &mut dyn FnMut(Done, &TagBufs)) {
         let t = self.rport.timers;
+        if let Some(m) = &self.session {
+            if !m.link.may_log_in(m.qid, m.epoch) {
+                // queue 0 logs in first in this epoch; this queue looks again at its next tick,
+                // or when queue 0 wakes it, without counting an attempt
+                return;
+            }
+        }
         let fresh = match self.connect.connect(self.ch.transport()) {
             Ok(mut f) => {
                 // the registration serves the new login when it is on the same device
@@ -690,6 +697,9 @@ impl<C: Connect> Path<C> {
         drop(finish);
         let down = self.rport.reconnected(now);
         self.reconnects += 1;
+        if let Some(m) = &self.session {
+            m.link.logged_in(m.qid, m.epoch);
+        }
         tracing::warn!(
             "{}: reconnected after {down:.1?}; {} command(s) re-issued",
             self.name,

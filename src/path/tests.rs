@@ -297,6 +297,41 @@ fn a_siblings_failure_takes_the_path_down_and_both_reconnect() {
 }
 
 #[test]
+fn with_a_leader_queue_0_logs_in_first_in_each_epoch_and_the_others_after_it() {
+    let (c0, c1) = (FakeConnect::default(), FakeConnect::default());
+    let (mut p0, mut p1) = (path(&c0), path(&c1));
+    let link = Arc::new(SessionLink::new(2).expect("eventfds").with_leader(false));
+    p0.join(link.clone(), 0);
+    p1.join(link.clone(), 1);
+    let t0 = Instant::now();
+    write(&mut p1, 0, 0, 0x5a, t0);
+    // queue 1's channel fails: both go down
+    break_channel(&mut p1);
+    service(&mut p1, t0);
+    service(&mut p0, t0);
+    assert!(!p0.is_up() && !p1.is_up());
+    let later = t0 + Duration::from_secs(1);
+    // queue 1's reconnect_delay is up, queue 0 has not logged in again: queue 1 waits for it,
+    // without an attempt (a MULTI login first would be ended by queue 0's SINGLE)
+    service(&mut p1, later);
+    assert!(!p1.is_up());
+    assert_eq!(c1.attempts.get(), 0);
+    service(&mut p0, later);
+    assert!(p0.is_up());
+    assert_eq!(c0.attempts.get(), 1);
+    // queue 0's login lets queue 1 log in (and wakes it): at its next look it does, and its
+    // new login serves the data written before
+    assert!(link.may_log_in(1, link.epoch()));
+    let next = later + DOWN_TICK;
+    service(&mut p1, next);
+    assert!(p1.is_up());
+    assert_eq!(c1.attempts.get(), 1);
+    read(&mut p1, 2, 0);
+    let (done, _) = service(&mut p1, next);
+    assert_eq!((done[0].1, done[0].2[0]), (0, 0x5a));
+}
+
+#[test]
 fn a_path_that_starts_down_holds_io_and_registers_its_buffers_at_its_first_login() {
     let c = FakeConnect::default();
     let mut ch = channel();

@@ -412,9 +412,12 @@ impl Session {
             .map(|&l| interrogate(&mut channels[0], l))
             .collect::<Result<Vec<_>, _>>()?;
         let rdma_device = channels[0].transport().device().to_string();
-        let relogin = Relogin::new(target, opts.lun, depth, opts.timeout)
+        let mut relogin = Relogin::new(target, opts.lun, depth, opts.timeout)
             .with_segments(opts.max_segments)
             .with_tags(tags);
+        if first == MultiChannelAction::Single {
+            relogin = relogin.owning_nexus(target);
+        }
         Ok(Session {
             target: target.clone(),
             channels,

@@ -1,6 +1,7 @@
 //! Logging a channel in again after it went down ([`Relogin`]), and the logins a daemon makes
 //! besides its channels (a capacity check's).
 
+use super::state::DeviceState;
 use super::{capacity16, channel_config, connect_params, lun_identity, LunIdentity, SessionError};
 use crate::channel::Channel;
 use crate::rdma::{ConnectParams, Endpoint};
@@ -19,6 +20,12 @@ pub struct Relogin {
     depth: u16,
     /// The LUNs every new login must find, each by its number (see [`Relogin::expecting`]).
     expect: Vec<(u64, LunIdentity)>,
+    /// The target, when the session's first login ended the nexus's other channels (SINGLE: no
+    /// other daemon had any): see [`Relogin::lead`].
+    nexus: Option<Box<TargetSpec>>,
+    /// This channel's logins end the nexus's other channels (SINGLE) while no other daemon
+    /// shares the nexus.
+    leads: bool,
 }
 
 /// A new login for a channel that went down.
@@ -40,6 +47,31 @@ impl Relogin {
             lun,
             depth,
             expect: Vec::new(),
+            nexus: None,
+            leads: false,
+        }
+    }
+
+    /// The session owns the nexus of `target` (its first login was SINGLE): a leading channel's
+    /// logins may end the nexus's other channels too ([`Relogin::lead`]).
+    pub fn owning_nexus(mut self, target: &TargetSpec) -> Relogin {
+        self.nexus = Some(Box::new(target.clone()));
+        self
+    }
+
+    /// Whether the session owns its nexus ([`Relogin::owning_nexus`]).
+    pub fn owns_nexus(&self) -> bool {
+        self.nexus.is_some()
+    }
+
+    /// The logins of the channel that leads each reconnect (queue 0, as ib_srp's first channel):
+    /// SINGLE, so that the target ends whatever it kept of the nexus's old channels before the
+    /// others join with MULTI; MULTI after all while another daemon serves a LUN over the same
+    /// nexus (its channels would end too).
+    pub fn lead(&self) -> Relogin {
+        Relogin {
+            leads: self.nexus.is_some(),
+            ..self.clone()
         }
     }
 
@@ -61,6 +93,14 @@ impl Relogin {
     pub fn connect(&self, step: Duration) -> Result<Fresh, SessionError> {
         let mut p = self.params.clone();
         p.timeout = p.timeout.min(step);
+        if let (true, Some(t)) = (self.leads, &self.nexus) {
+            if !DeviceState::nexus_shared(t) {
+                p.multi = MultiChannelAction::Single;
+                tracing::info!(
+                    "logging in with SINGLE: the target ends what it kept of this nexus's channels"
+                );
+            }
+        }
         let ep = Endpoint::connect(&p)?;
         let cfg = channel_config(&ep, self.depth, self.lun, p.req_it_iu_len);
         if self.expect.is_empty() {
@@ -97,6 +137,7 @@ impl Relogin {
         Relogin {
             lun,
             expect: Vec::new(),
+            leads: false,
             ..self.clone()
         }
     }

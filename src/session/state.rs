@@ -199,6 +199,15 @@ impl DeviceState {
             .collect()
     }
 
+    /// Whether a live daemon other than this process serves a device whose target a login to
+    /// `target` would share the I_T nexus with: a login that ends the nexus's other channels
+    /// (SINGLE) would end that daemon's.
+    pub fn nexus_shared(target: &TargetSpec) -> bool {
+        Self::of_nexus(target)
+            .iter()
+            .any(|d| d.pid != std::process::id() && d.daemon_alive())
+    }
+
     /// Whether the process `pid` names is this device's srp-ublk daemon, by what `/proc` says of it
     /// (the kernel's own record of the ublk server is the caller's to check).
     pub fn daemon(&self) -> Daemon {

@@ -237,13 +237,18 @@ pub(super) fn serve_srp(
             }
         }
     }
-    let shared = Arc::new(SessionLink::new(nr_queues).map_err(|e| {
+    let link = SessionLink::new(nr_queues).map_err(|e| {
         delete_all(&ctrls);
         UblkFrontError::Setup {
             what: "creating the queues' eventfds",
             source: e.into(),
         }
-    })?);
+    })?;
+    // a session that owns its nexus reconnects as ib_srp does: queue 0 first with SINGLE
+    let shared = Arc::new(match parts.relogin.owns_nexus() {
+        true => link.with_leader(parts.down_since.is_some()),
+        false => link,
+    });
     let mut stops = Vec::new();
     let mut devices = Vec::with_capacity(parts.devices.len());
     let mut inits = Vec::with_capacity(parts.devices.len());
@@ -469,7 +474,11 @@ impl QueueStart {
             queues,
             ch,
             self.waiting,
-            self.relogin.clone(),
+            if qid == 0 {
+                self.relogin.lead()
+            } else {
+                self.relogin.clone()
+            },
             rport,
             self.on_removed.clone(),
             &self.shared,

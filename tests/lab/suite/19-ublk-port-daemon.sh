@@ -71,12 +71,16 @@ for d in $devs; do
     i=$((i + 1))
 done
 
+d0=$(echo "$devs" | head -1)
+log=$(daemon_log "${d0#/dev/ublkb}")
+[ -f "$log" ] || fail "no log file for the port's daemon: '$log'"
 i=0
 for d in $devs; do vstart $i "$d" 8m; i=$((i + 1)); done
 sleep 6
 # a link flap and a target drop: the port's 2 channels log in again, once each, for all 8 LUNs
 for fault in "link flap" "target drop"; do
     q0=$(qps)
+    lines0=$(wc -l < "$log")
     # the logins that count are those once the fault ends (a disabled target port refuses some)
     case $fault in
         "link flap") ip link set dummy0 down; sleep 8; l0=$(logins); ip link set dummy0 up ;;
@@ -88,6 +92,13 @@ for fault in "link flap" "target drop"; do
     echo "$fault: every queue running $r s after it ended, $n login(s) at ib_srpt since"
     [ "$n" -ge 2 ] && [ "$n" -le 4 ] || fail "$fault: $n logins at ib_srpt (want the port's 2 channels, a retry at most each; one per LUN would be 16)"
     expect_eq "QPs owned by srp-ublk after the $fault" "$(qps)" "$q0"
+    # ib_srp's order: queue 0 first with SINGLE (the target ends what it kept of the old
+    # channels), then queue 1 with MULTI
+    after=$(tail -n +"$((lines0 + 1))" "$log")
+    echo "$after" | grep -q "logging in with SINGLE" || fail "$fault: queue 0 did not log in with SINGLE: $(echo "$after" | tail -20)"
+    expect_eq "$fault: the queues in the order they logged in again" \
+        "$(echo "$after" | grep -o 'queue [0-9]*: reconnected' | cut -d: -f1 | tr '\n' ',')" "queue 0,queue 1,"
+    echo "$fault: ib_srpt closed $(dmesg | grep -c 'Relogin - closed existing channel') stale channel(s) on SINGLE logins so far"
     for n in 0 1 2 3 4 5 6 7; do [ -f "/tmp/v$n.done" ] && { cat "/tmp/v$n.txt"; fail "writer $n stopped in the $fault"; }; done
     ok "$fault: 8 devices back over 2 channels, every writer going on"
     sleep 4
