@@ -64,11 +64,6 @@ impl SessionLink {
         }
     }
 
-    /// Whether queue 0 leads the logins ([`SessionLink::with_leader`]).
-    pub fn has_leader(&self) -> bool {
-        self.leader
-    }
-
     /// The failure epoch now.
     pub fn epoch(&self) -> u32 {
         self.epoch.load(Relaxed)
@@ -121,6 +116,8 @@ mod tests {
     fn without_a_leader_every_queue_logs_in_on_its_own() {
         let link = SessionLink::new(2).expect("eventfds");
         assert!(link.may_log_in(1, 0) && link.may_log_in(1, 7));
-        assert!(!link.has_leader());
+        // nothing waits for queue 0's login
+        link.logged_in(0, 3);
+        assert!(link.may_log_in(1, 4));
     }
 }

@@ -245,9 +245,10 @@ pub(super) fn serve_srp(
         }
     })?;
     // a session that owns its nexus reconnects as ib_srp does: queue 0 first with SINGLE
-    let shared = Arc::new(match parts.relogin.owns_nexus() {
-        true => link.with_leader(parts.down_since.is_some()),
-        false => link,
+    let shared = Arc::new(if parts.relogin.owns_nexus() {
+        link.with_leader(parts.down_since.is_some())
+    } else {
+        link
     });
     let mut stops = Vec::new();
     let mut devices = Vec::with_capacity(parts.devices.len());
