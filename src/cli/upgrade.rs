@@ -49,42 +49,47 @@ pub fn run(a: UpgradeArgs) -> anyhow::Result<()> {
         vec![d]
     };
     let mut report = super::report::Report::new(a.json);
-    for d in devs {
-        match upgrade_one(&d, Duration::from_secs(a.timeout)) {
-            Ok(took) => report.done(
-                &d.bdev,
-                format!(
-                    "{}: daemon pid {} runs the installed binary again; serving {took:.1?} after \
-                     the signal (I/O paused at most that long)",
-                    d.bdev, d.pid
-                ),
-                json!({"pid": d.pid, "paused_ms": took.as_millis() as u64}),
-            ),
-            Err(e) => report.failed(&d.bdev, e.context(format!("upgrading {}", d.bdev))),
+    // one signal per daemon: a target port's daemon moves all its devices at once
+    for group in super::recover::by_daemon(devs) {
+        match upgrade_daemon(&group, Duration::from_secs(a.timeout)) {
+            Ok(took) => {
+                for d in &group {
+                    report.done(
+                        &d.bdev,
+                        format!(
+                            "{}: daemon pid {} runs the installed binary again; serving {took:.1?} \
+                             after the signal (I/O paused at most that long)",
+                            d.bdev, d.pid
+                        ),
+                        json!({"pid": d.pid, "paused_ms": took.as_millis() as u64}),
+                    )
+                }
+            }
+            Err(e) => {
+                let names = group.iter().map(|d| d.bdev.as_str()).collect::<Vec<_>>();
+                let names = names.join(", ");
+                report.failed(&names, e.context(format!("upgrading {names}")))
+            }
         }
     }
     report.finish("upgraded")
 }
 
-fn upgrade_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<Duration> {
+/// Signals the daemon that serves `devs` (one device, or a target port's) to re-execute, and
+/// waits until a new image serves every one of them; returns how long that took.
+fn upgrade_daemon(devs: &[DeviceState], timeout: Duration) -> anyhow::Result<Duration> {
+    let Some(d) = devs.first() else {
+        return Ok(Duration::ZERO);
+    };
     if d.rdma_device.is_empty() {
         bail!("a demo backend has nothing to carry across a new image: delete and add it");
     }
     let t = Instant::now();
-    let path = DeviceState::path(d.dev_id);
-    // a daemon serving a target port's devices moved them all at the first one's signal
-    if let Ok(now) = DeviceState::read(&path) {
-        if now.image_started > d.image_started && super::daemon::alive(&now) {
-            return Ok(Duration::ZERO);
-        }
-    }
     super::daemon::signal(d, SIGUSR2)?;
     loop {
         std::thread::sleep(Duration::from_millis(50));
-        if let Ok(now) = DeviceState::read(&path) {
-            if now.image_started > d.image_started && super::daemon::alive(&now) {
-                return Ok(t.elapsed());
-            }
+        if devs.iter().all(served_by_a_new_image) {
+            return Ok(t.elapsed());
         }
         if t.elapsed() > timeout {
             bail!(
@@ -92,5 +97,14 @@ fn upgrade_one(d: &DeviceState, timeout: Duration) -> anyhow::Result<Duration> {
                 d.log
             );
         }
+    }
+}
+
+/// Whether a new image of its daemon serves device `d` (`d` as it was before the signal): its
+/// state file rewritten by a live daemon, or gone (the device was deleted meanwhile).
+fn served_by_a_new_image(d: &DeviceState) -> bool {
+    match DeviceState::read(&DeviceState::path(d.dev_id)) {
+        Ok(now) => now.image_started > d.image_started && super::daemon::alive(&now),
+        Err(_) => !DeviceState::path(d.dev_id).exists(),
     }
 }
