@@ -137,6 +137,9 @@ pid=$(pidof srp-ublk)
 out=$(srp-ublk upgrade --all) || fail "upgrade --all: $out"
 echo "$out"
 expect_eq "daemon after upgrade (same pid)" "$(pidof srp-ublk)" "$pid"
+# one signal moved the daemon's 7 devices: one new image, not one per device
+log=$(daemon_log "${d0#/dev/ublkb}")
+expect_eq "re-executions in the daemon's log ($log)" "$(grep -c 'go over to the binary' "$log")" 1
 for d in $live; do wait_io "$d" 60 >/dev/null || fail "no I/O on $d within 60 s of the upgrade"; done
 sleep 4
 for n in 0 1 2 3 4 5 6; do vstop $n; done
