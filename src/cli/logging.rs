@@ -152,22 +152,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_line_carries_its_priority_for_the_journal_and_the_device_once() {
+    /// What `f` logs through a [`Tagged`] writer (`journal`: with priorities).
+    fn logged(journal: bool, f: impl FnOnce()) -> String {
         let sink = Sink::default();
         let s2 = sink.clone();
-        let tagged = Tagged::new(move || s2.clone(), true);
-        name_lines("ublkb7");
         let sub = tracing_subscriber::fmt()
-            .with_writer(tagged)
+            .with_writer(Tagged::new(move || s2.clone(), journal))
             .with_ansi(false)
             .without_time()
             .finish();
-        tracing::subscriber::with_default(sub, || {
+        tracing::subscriber::with_default(sub, f);
+        let out = sink.0.lock().unwrap().clone();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_line_carries_its_priority_for_the_journal_and_the_device_once() {
+        name_lines("ublkb7");
+        let out = logged(true, || {
             tracing::warn!("path down");
             tracing::info!("path up");
         });
-        let out = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 2, "{out}");
         assert!(lines[0].starts_with("<4>ublkb7: "), "{out}");
@@ -177,15 +182,7 @@ mod tests {
 
     #[test]
     fn a_line_about_one_device_names_it_in_place_of_the_port() {
-        let sink = Sink::default();
-        let s2 = sink.clone();
-        let tagged = Tagged::new(move || s2.clone(), false);
-        let sub = tracing_subscriber::fmt()
-            .with_writer(tagged)
-            .with_ansi(false)
-            .without_time()
-            .finish();
-        tracing::subscriber::with_default(sub, || {
+        let out = logged(false, || {
             {
                 let _about = lines_about("ublkb2");
                 tracing::info!("/dev/ublkb2 is live");
@@ -194,7 +191,6 @@ mod tests {
             }
             tracing::info!("channel 0 reconnected");
         });
-        let out = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3, "{out}");
         assert!(lines[0].starts_with("ublkb2: "), "{out}");
