@@ -587,8 +587,8 @@ pub(super) fn same_lun_as_before(
     Ok(())
 }
 
-/// Whether a live srp-ublk device (another LUN of the target, say) has channels in the nexus a
-/// login to `target` would join.
+/// Whether a live srp-ublk device or export (another LUN of the target, say) has channels in the
+/// nexus a login to `target` would join.
 pub(super) fn nexus_in_use(target: &TargetSpec) -> bool {
     DeviceState::nexus_shared(target)
 }

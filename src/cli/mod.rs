@@ -28,6 +28,7 @@ pub mod upgrade;
 pub mod vhost;
 
 use clap::{Args, Parser, Subcommand};
+use srp_ublk::session::state::DeviceState;
 use srp_ublk::session::timers::{parse_tmo, TimerError, Timers, Tmo};
 use srp_ublk::session::SessionOptions;
 use srp_ublk::wire::target::{RkeyScope, TargetSpec};
@@ -157,7 +158,8 @@ impl SessionArgs {
         }
     }
 
-    /// As session options for one LUN.
+    /// As session options for one LUN: channel 0 logs in with MULTI while another daemon or
+    /// export serves the target's nexus (SINGLE would end its channels).
     pub fn options(&self, target: Option<&TargetSpec>) -> anyhow::Result<SessionOptions> {
         Ok(SessionOptions {
             channels: self.queues,
@@ -165,7 +167,7 @@ impl SessionArgs {
             lun: self.single_lun(target)?,
             more_luns: Vec::new(),
             timeout: Duration::from_secs(self.timeout),
-            share_nexus: false,
+            share_nexus: target.is_some_and(DeviceState::nexus_shared),
             max_segments: 1,
         })
     }

@@ -199,13 +199,18 @@ impl DeviceState {
             .collect()
     }
 
-    /// Whether a live daemon other than this process serves a device whose target a login to
-    /// `target` would share the I_T nexus with: a login that ends the nexus's other channels
-    /// (SINGLE) would end that daemon's.
+    /// Whether a live daemon other than this process serves a device, or an export (NBD,
+    /// vhost-user-blk), whose target a login to `target` would share the I_T nexus with: a login
+    /// that ends the nexus's other channels (SINGLE) would end that daemon's.
     pub fn nexus_shared(target: &TargetSpec) -> bool {
+        let me = std::process::id();
+        let same = |t: &str| TargetSpec::parse(t).is_ok_and(|t| t.same_nexus(target));
         Self::of_nexus(target)
             .iter()
-            .any(|d| d.pid != std::process::id() && d.daemon_alive())
+            .any(|d| d.pid != me && d.daemon_alive())
+            || super::exports::ExportState::all()
+                .iter()
+                .any(|e| e.pid != me && same(&e.target) && e.alive())
     }
 
     /// Whether the process `pid` names is this device's srp-ublk daemon, by what `/proc` says of it
