@@ -168,6 +168,10 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
             Some(LunSel::List(l)) if l.len() > 1 => Some(l.clone()),
             _ => None,
         };
+        let joining = !(is_daemon || a.foreground || a.recover);
+        if let (true, Some(devs)) = (joining, super::join::port_daemon(t, a.owner.as_deref())) {
+            return join(&a, t, luns, &devs);
+        }
         if let Some(luns) = luns {
             return super::port::add(&a, t, &luns, is_daemon);
         }
@@ -181,6 +185,39 @@ pub fn run(a: AddArgs) -> anyhow::Result<()> {
     }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     spawn_daemon(&argv, a.session.timeout, Announce::json_if(a.json))
+}
+
+/// `add` of LUNs of a target port whose daemon runs (`devs`, its devices): they join it (with
+/// `--lun all`, those it does not serve yet).
+fn join(
+    a: &AddArgs,
+    t: &TargetSpec,
+    luns: Option<Vec<u64>>,
+    devs: &[DeviceState],
+) -> anyhow::Result<()> {
+    if a.id.is_some() {
+        bail!(
+            "the port's daemon (pid {}) numbers a joining LUN's device itself: drop -n",
+            devs[0].pid
+        );
+    }
+    let mut luns = match luns {
+        Some(l) => l,
+        None => vec![a.session.single_lun(Some(t))?],
+    };
+    if a.session.lun == Some(LunSel::All) {
+        luns.retain(|l| !devs.iter().any(|d| d.lun == *l));
+        if luns.is_empty() {
+            eprintln!(
+                "srp-ublk: the port's daemon (pid {}) serves every LUN the target reports \
+                 already: `srp-ublk list`",
+                devs[0].pid
+            );
+            return Ok(());
+        }
+    }
+    let timeout = Duration::from_secs(a.session.timeout * 4 + 60);
+    super::join::join(devs, &luns, timeout, Announce::json_if(a.json))
 }
 
 /// Every LUN the target reports that can be a block device (the others are named, then skipped).
@@ -328,6 +365,7 @@ pub(super) fn daemon_fields(a: &AddArgs, state: &mut DeviceState) -> anyhow::Res
     state.owner = a.owner.clone();
     state.image_started = epoch_ms(SystemTime::now());
     state.poll = format!("{:?}", a.poll).to_lowercase();
+    state.cpus = a.cpus.clone();
     state.timers = Some(a.timers()?);
     state.log = std::env::var(LOG_ENV).unwrap_or_else(|_| {
         if super::logging::stderr_is_journal() {
@@ -390,9 +428,7 @@ pub(super) fn spawn_signal_thread(
                 }
             }
             // `srp-ublk upgrade`: returns only if the new image could not be started
-            Ok(nix::sys::signal::SIGUSR2) => {
-                re_exec(&devices.iter().map(|d| d.0).collect::<Vec<_>>())
-            }
+            Ok(nix::sys::signal::SIGUSR2) => re_exec(),
             Ok(sig) => {
                 for (dev_id, _) in &devices {
                     let _about = super::logging::lines_about(&format!("ublkb{dev_id}"));
@@ -440,28 +476,17 @@ pub(super) fn forget(dev_id: u32) {
 }
 
 /// `srp-ublk upgrade`: replaces this daemon's image with the binary installed where it was started
-/// from, running `add --recover` of its devices `ids` (built from their state files as `recover`
+/// from, running `add --recover` of the devices it serves (built from their state files as `recover`
 /// builds it: one device, or every LUN's of a target port). Every descriptor closes with the old
 /// image, so ublk quiesces the devices with their I/O queued and the target sees the channels go;
 /// the new image logs in and recovers the devices, and ublk issues the I/O again. Returns
 /// (logging why) only if the new image could not be started.
-fn re_exec(ids: &[u32]) {
-    let mut devs = Vec::with_capacity(ids.len());
-    for &dev_id in ids {
-        match DeviceState::read(&DeviceState::path(dev_id)) {
-            Ok(d) => devs.push(d),
-            Err(e) => {
-                return tracing::error!(
-                    "upgrade of /dev/ublkb{dev_id} refused: its state file: {e}"
-                )
-            }
-        }
-    }
-    let names = ids
-        .iter()
-        .map(|i| format!("/dev/ublkb{i}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+fn re_exec() {
+    let devs = match super::handover::own_devices() {
+        Ok(d) => d,
+        Err(e) => return tracing::error!("upgrade refused: {e:#}"),
+    };
+    let names = super::handover::names(&devs);
     // /proc/self/exe names the file this image came from, " (deleted)" once a package replaced it
     let exe = match std::fs::read_link("/proc/self/exe") {
         Ok(p) => {
@@ -485,14 +510,23 @@ fn re_exec(ids: &[u32]) {
         exe.display(),
         std::process::id()
     );
+    // LUNs `add` asked this daemon to serve too go with it
+    let joining = super::join::requested();
+    if !joining.is_empty() {
+        tracing::info!("LUN(s) {joining:?} join this port's daemon with the new image");
+    }
     use std::os::unix::process::CommandExt;
     let err = Command::new(&exe)
-        .args(super::recover::port_argv(&devs))
+        .args(super::recover::joining_argv(&devs, &joining))
         .exec();
     tracing::error!(
         "upgrade of {names}: exec {} failed ({err}); this image goes on serving",
         exe.display()
     );
+    if !joining.is_empty() {
+        let e = anyhow::Error::new(err).context(format!("exec {}", exe.display()));
+        super::join::refuse(&joining, &e);
+    }
 }
 
 /// The device a previous image of this daemon handed over (`-n N --handover-since`).
@@ -504,8 +538,7 @@ fn handover_source(a: &AddArgs, since_ms: u64) -> anyhow::Result<(UblkSource, De
 }
 
 fn srp_source(a: &AddArgs, target: &TargetSpec) -> anyhow::Result<(UblkSource, DeviceState)> {
-    let mut opts = a.session.options(Some(target))?;
-    opts.share_nexus = nexus_in_use(target);
+    let opts = a.session.options(Some(target))?;
     if opts.share_nexus {
         tracing::info!(
             "another srp-ublk device uses this target's I_T nexus: channel 0 logs in with MULTI"
@@ -585,12 +618,6 @@ pub(super) fn same_lun_as_before(
         })?;
     }
     Ok(())
-}
-
-/// Whether a live srp-ublk device or export (another LUN of the target, say) has channels in the
-/// nexus a login to `target` would join.
-pub(super) fn nexus_in_use(target: &TargetSpec) -> bool {
-    DeviceState::nexus_shared(target)
 }
 
 fn demo_source(a: &AddArgs) -> anyhow::Result<(UblkSource, DeviceState)> {

@@ -25,18 +25,18 @@ pub(super) fn hand_over(dev_id: u32, since: SystemTime) {
     if STARTED.swap(true, Relaxed) {
         return; // another queue thread is doing it
     }
-    let devs = match own_devices() {
+    let devs = own_devices().and_then(|devs| match devs.iter().find(|d| d.geometry.is_none()) {
+        Some(d) => bail!("the state file of {} has no block mapping", d.bdev),
+        None => Ok(devs),
+    });
+    let devs = match devs {
         Ok(d) => d,
         Err(e) => {
             tracing::error!("cannot hand /dev/ublkb{dev_id} over: {e:#}");
             return;
         }
     };
-    let names = devs
-        .iter()
-        .map(|d| d.bdev.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let names = names(&devs);
     let mut argv = super::recover::port_argv(&devs);
     argv.extend([
         "--handover-since".into(),
@@ -56,8 +56,14 @@ pub(super) fn hand_over(dev_id: u32, since: SystemTime) {
     );
 }
 
-/// The state files of the devices this daemon serves, each with its block mapping.
-fn own_devices() -> anyhow::Result<Vec<DeviceState>> {
+/// The devices' names, for a log line: "/dev/ublkb1, /dev/ublkb2".
+pub(super) fn names(devs: &[DeviceState]) -> String {
+    let v: Vec<&str> = devs.iter().map(|d| d.bdev.as_str()).collect();
+    v.join(", ")
+}
+
+/// The state files of the devices this daemon serves.
+pub(super) fn own_devices() -> anyhow::Result<Vec<DeviceState>> {
     let me = std::process::id();
     let devs: Vec<DeviceState> = DeviceState::all()
         .into_iter()
@@ -65,9 +71,6 @@ fn own_devices() -> anyhow::Result<Vec<DeviceState>> {
         .collect();
     if devs.is_empty() {
         bail!("no state file names this daemon (pid {me})");
-    }
-    if let Some(d) = devs.iter().find(|d| d.geometry.is_none()) {
-        bail!("the state file of {} has no block mapping", d.bdev);
     }
     Ok(devs)
 }
@@ -116,11 +119,7 @@ pub(super) fn take_over(
     let since = SystemTime::UNIX_EPOCH + Duration::from_millis(since_ms);
     let ago = SystemTime::now().duration_since(since).unwrap_or_default();
     let down_since = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
-    let names = states
-        .iter()
-        .map(|s| format!("/dev/ublkb{}", s.dev_id))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let names = names(&states);
     tracing::warn!(
         "taking {names} over: {queues} queue(s) x depth {depth}, channels down for {ago:.1?} \
          (RDMA device {} removed); they log in as the device comes back",

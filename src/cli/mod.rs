@@ -9,6 +9,7 @@ pub mod discover;
 mod exported;
 pub mod features;
 mod handover;
+mod join;
 pub mod list;
 pub mod logfile;
 pub mod logging;
@@ -39,7 +40,8 @@ use std::time::Duration;
 pub struct SessionArgs {
     /// The LUN to serve (default: the target string's lun=, else 0). `add` also takes a list
     /// ("0,2") or "all" (every LUN the target reports, as ib_srp attaches them): one device per
-    /// LUN, all served by one daemon over the target port's channels.
+    /// LUN, all served by one daemon over the target port's channels. A LUN of a port whose
+    /// daemon runs joins it (with "all": the LUNs it does not serve yet).
     #[arg(long, value_parser = parse_lun_sel, value_name = "N|N,M,...|all")]
     pub lun: Option<LunSel>,
     /// SRP channels: ublk queues for `add`; for `serve`, NBD connections served at once or

@@ -5,7 +5,7 @@
 //! device of the daemon over together.
 
 use super::add::{
-    announce, block_signals, daemon_fields, forget, nexus_in_use, record_live, report_failure,
+    announce, block_signals, daemon_fields, forget, record_live, report_failure,
     same_lun_as_before, session_state, spawn_signal_thread, spawn_state_refresher, without_lun,
     AddArgs,
 };
@@ -33,7 +33,8 @@ pub(super) fn add(
     if a.id.is_some() {
         bail!("several LUNs make several devices, numbered by the driver: drop -n");
     }
-    if !a.ids.is_empty() && a.ids.len() != luns.len() {
+    // with --recover, the LUNs past the devices --ids names join the port's daemon (`join`)
+    if !a.ids.is_empty() && a.ids.len() != luns.len() && !(a.recover && a.ids.len() < luns.len()) {
         bail!(
             "--ids names {} device(s) for {} LUN(s): one id per LUN, in the same order",
             a.ids.len(),
@@ -118,6 +119,8 @@ fn serve(a: &AddArgs, target: &TargetSpec, luns: &[u64], notify: bool) -> anyhow
             dev_id: id(i),
             status: devs.status[i].clone(),
             capacity: devs.caps[i].clone(),
+            // the LUNs past the devices taken over join the daemon
+            joining: a.recover && i >= a.ids.len(),
         })
         .collect();
     let first = devs.status[0].clone();
@@ -164,8 +167,16 @@ fn login(
     luns: &[u64],
 ) -> anyhow::Result<(PortSource, Vec<DeviceState>)> {
     let mut opts = a.session.port_options(luns);
-    opts.share_nexus = nexus_in_use(target);
-    let session = Session::open(target, &opts)?;
+    opts.share_nexus = DeviceState::nexus_shared(target);
+    let session = match Session::open(target, &opts) {
+        // LUNs joining a recovered daemon that cannot be served do not take its devices down
+        Err(e) if a.recover && !a.ids.is_empty() && a.ids.len() < luns.len() => {
+            let (ours, joining) = luns.split_at(a.ids.len());
+            super::join::refuse(joining, &anyhow::Error::new(e));
+            return login(a, target, ours);
+        }
+        r => r?,
+    };
     let all = std::iter::once(&session.lun).chain(&session.more_luns);
     let mut states = Vec::with_capacity(luns.len());
     for (i, lun) in all.enumerate() {

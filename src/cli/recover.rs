@@ -66,11 +66,7 @@ pub fn run(a: RecoverArgs) -> anyhow::Result<()> {
     }
     let mut report = super::report::Report::new(a.json);
     for group in by_daemon(devs) {
-        let name = group
-            .iter()
-            .map(|d| d.bdev.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let name = super::handover::names(&group);
         match recover_together(&group, a.timeout, a.json) {
             // the daemon's READY lines said it (the devices, or their JSON)
             Ok(()) => report.done(&name, String::new(), serde_json::json!({})),
@@ -136,23 +132,30 @@ pub(crate) fn recover_together(
 /// the devices of every LUN of one target port (a daemon that served them together), each LUN
 /// with its device id (`--ids`, in the order of `--lun`). Empty for no device.
 pub(crate) fn port_argv(devs: &[DeviceState]) -> Vec<OsString> {
+    joining_argv(devs, &[])
+}
+
+/// [`port_argv`] with the LUNs `joining` after the devices' own: the daemon's next image makes a
+/// device for each (`--ids` names the devices taken over, in order; the LUNs past them are new).
+pub(crate) fn joining_argv(devs: &[DeviceState], joining: &[u64]) -> Vec<OsString> {
     let Some(d) = devs.first() else {
         return Vec::new();
     };
     let join =
         |f: &dyn Fn(&DeviceState) -> String| devs.iter().map(f).collect::<Vec<_>>().join(",");
+    let luns = devs.iter().map(|d| d.lun).chain(joining.iter().copied());
     let mut v: Vec<String> = vec![
         "add".into(),
         "--target".into(),
         d.target.clone(),
         "--lun".into(),
-        join(&|d| d.lun.to_string()),
+        luns.map(|l| l.to_string()).collect::<Vec<_>>().join(","),
         "--queues".into(),
         d.queues.len().to_string(),
         "--depth".into(),
         d.depth.to_string(),
     ];
-    if devs.len() == 1 {
+    if devs.len() == 1 && joining.is_empty() {
         v.extend(["-n".into(), d.dev_id.to_string()]);
     } else {
         v.extend(["--ids".into(), join(&|d| d.dev_id.to_string())]);
@@ -163,6 +166,10 @@ pub(crate) fn port_argv(devs: &[DeviceState]) -> Vec<OsString> {
     }
     if !d.poll.is_empty() {
         v.extend(["--poll".into(), d.poll.clone()]);
+    }
+    if !d.cpus.is_empty() {
+        let cpus: Vec<String> = d.cpus.iter().map(usize::to_string).collect();
+        v.extend(["--cpus".into(), cpus.join(",")]);
     }
     if let Some(t) = d.timers {
         v.extend([
@@ -199,6 +206,7 @@ mod tests {
             }),
             queues: vec![Default::default(); 2],
             owner: Some("lab".into()),
+            cpus: vec![0, 1],
             ..Default::default()
         };
         let mut args = vec![OsString::from("srp-ublk")];
@@ -216,6 +224,11 @@ mod tests {
         assert_eq!(a.target.as_deref(), Some(d.target.as_str()));
         assert_eq!(a.handover_since, None);
         assert_eq!(a.owner.as_deref(), Some("lab"));
+        assert_eq!(
+            a.cpus,
+            [0, 1],
+            "the next image pins its queues as this one does"
+        );
         // what a daemon whose RDMA device is being removed execs (cli::add::hand_over)
         let mut args = vec![OsString::from("srp-ublk")];
         args.extend(port_argv(std::slice::from_ref(&d)));
@@ -256,5 +269,31 @@ mod tests {
         assert_eq!(a.session.lun, Some(crate::cli::LunSel::List(vec![0, 1])));
         assert_eq!(a.session.queues, Some(2));
         assert!(port_argv(&[]).is_empty());
+    }
+
+    #[test]
+    fn luns_joining_a_daemon_follow_its_devices_without_ids() {
+        let d = DeviceState {
+            dev_id: 4,
+            target: "id_ext=000000fffe770001,ioc_guid=000000fffe770001,dest=10.77.0.1:5555".into(),
+            lun: 2,
+            depth: 32,
+            queues: vec![Default::default(); 2],
+            ..Default::default()
+        };
+        // one LUN's daemon joined by two: the next image is a port daemon of three LUNs
+        let mut args = vec![OsString::from("srp-ublk")];
+        args.extend(joining_argv(std::slice::from_ref(&d), &[8, 9]));
+        let Command::Add(a) = Cli::try_parse_from(args).unwrap().command else {
+            panic!("not an add")
+        };
+        assert!(a.recover);
+        assert_eq!(a.id, None, "three LUNs: no -n");
+        assert_eq!(
+            a.ids,
+            [4],
+            "the device taken over, then the new LUNs' without ids"
+        );
+        assert_eq!(a.session.lun, Some(crate::cli::LunSel::List(vec![2, 8, 9])));
     }
 }

@@ -143,6 +143,18 @@ fn live_summary(id: u32) -> String {
     )
 }
 
+/// Says that device `info` is live, as `out` asks.
+pub(super) fn announce_live(info: &LiveInfo, out: Announce) {
+    match out {
+        Announce::Json => println!("{}", serde_json::to_string(info).unwrap_or_default()),
+        Announce::Path => {
+            println!("{}", info.bdev);
+            eprintln!("srp-ublk: {}", live_summary(info.dev_id));
+        }
+        Announce::Quiet => {}
+    }
+}
+
 /// Waits for the daemon's READY (the device is up: its name, or the READY line with `json`) or
 /// ERROR line; a daemon that exits or stays silent past `limit` fails with its log's path.
 fn await_ready(
@@ -158,14 +170,7 @@ fn await_ready(
                 if let Some(ready) = line.strip_prefix("READY ") {
                     let info: LiveInfo =
                         serde_json::from_str(ready).context("bad READY line from the daemon")?;
-                    match out {
-                        Announce::Json => println!("{ready}"),
-                        Announce::Path => {
-                            println!("{}", info.bdev);
-                            eprintln!("srp-ublk: {}", live_summary(info.dev_id));
-                        }
-                        Announce::Quiet => {}
-                    }
+                    announce_live(&info, out);
                     return Ok(());
                 }
                 if let Some(rest) = line.strip_prefix("ERROR ") {

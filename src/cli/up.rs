@@ -188,7 +188,13 @@ fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
     for group in super::recover::by_daemon(dead) {
         super::recover::recover_together(&group, c.add.session.timeout, false)?;
     }
-    if !missing.is_empty() {
+    // a LUN mapped at run time joins the daemon serving the port's other LUNs
+    let daemon = super::join::port_daemon(&c.target, Some(&c.name));
+    if let (false, Some(devs)) = (missing.is_empty(), daemon) {
+        let timeout = Duration::from_secs(c.add.session.timeout * 4 + 60);
+        print!("{}: LUN {missing:?}: ", c.name);
+        super::join::join(&devs, &missing, timeout, Announce::Path)?;
+    } else if !missing.is_empty() {
         let list: Vec<String> = missing.iter().map(u64::to_string).collect();
         let conf: Vec<std::ffi::OsString> = c.argv.iter().map(Into::into).collect();
         let mut argv: Vec<std::ffi::OsString> = vec!["add".into()];

@@ -66,8 +66,7 @@ pub fn run(a: UpgradeArgs) -> anyhow::Result<()> {
                 }
             }
             Err(e) => {
-                let names = group.iter().map(|d| d.bdev.as_str()).collect::<Vec<_>>();
-                let names = names.join(", ");
+                let names = super::handover::names(&group);
                 report.failed(&names, e.context(format!("upgrading {names}")))
             }
         }

@@ -261,6 +261,9 @@ pub struct PortDevice {
     pub status: Arc<Vec<QueueStatus>>,
     /// Its size and capacity checks.
     pub capacity: Arc<CapacityStatus>,
+    /// A LUN that joins a daemon taking its devices over ([`UblkOptions::recover`]): its device
+    /// is made, not taken over.
+    pub joining: bool,
 }
 
 /// Creates a device for each LUN of the session (its first LUN's with `opts`' id, capacity and

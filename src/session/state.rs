@@ -12,6 +12,12 @@ pub fn run_dir() -> PathBuf {
         .map_or_else(|| PathBuf::from("/run/srp-ublk"), PathBuf::from)
 }
 
+/// Whether the target string `text` (a state file's) names a target a login to `target` would
+/// share the I_T nexus with.
+fn on_nexus(text: &str, target: &TargetSpec) -> bool {
+    TargetSpec::parse(text).is_ok_and(|t| t.same_nexus(target))
+}
+
 /// One queue's channel.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct QueueState {
@@ -101,6 +107,10 @@ pub struct DeviceState {
     pub depth: u16,
     /// Completion mode.
     pub poll: String,
+    /// The CPUs `--cpus` pinned the queue threads to (empty: the default placement), for the
+    /// daemon's next image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<usize>,
     /// reconnect_delay, fast_io_fail_tmo, dev_loss_tmo.
     #[serde(default)]
     pub timers: Option<crate::session::timers::Timers>,
@@ -195,7 +205,7 @@ impl DeviceState {
     pub fn of_nexus(target: &TargetSpec) -> Vec<DeviceState> {
         Self::all()
             .into_iter()
-            .filter(|d| TargetSpec::parse(&d.target).is_ok_and(|t| t.same_nexus(target)))
+            .filter(|d| on_nexus(&d.target, target))
             .collect()
     }
 
@@ -204,13 +214,12 @@ impl DeviceState {
     /// that ends the nexus's other channels (SINGLE) would end that daemon's.
     pub fn nexus_shared(target: &TargetSpec) -> bool {
         let me = std::process::id();
-        let same = |t: &str| TargetSpec::parse(t).is_ok_and(|t| t.same_nexus(target));
         Self::of_nexus(target)
             .iter()
             .any(|d| d.pid != me && d.daemon_alive())
             || super::exports::ExportState::all()
                 .iter()
-                .any(|e| e.pid != me && same(&e.target) && e.alive())
+                .any(|e| e.pid != me && on_nexus(&e.target, target) && e.alive())
     }
 
     /// Whether the process `pid` names is this device's srp-ublk daemon, by what `/proc` says of it

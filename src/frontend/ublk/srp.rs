@@ -97,14 +97,17 @@ struct SrpDevice {
     lun_num: u64,
     /// The device id asked for (-1: any).
     dev_id: i32,
+    /// Taken over (ublk user recovery), not made.
+    recover: bool,
     status: Arc<Vec<QueueStatus>>,
     capacity: Arc<CapacityStatus>,
 }
 
 impl SrpDevice {
-    fn new(lun: &LunInfo, max_io: u32, slot: PortDevice) -> SrpDevice {
+    fn new(lun: &LunInfo, max_io: u32, slot: PortDevice, recover: bool) -> SrpDevice {
         SrpDevice {
             new: Some((max_io, ublk_params(lun, max_io))),
+            recover: recover && !slot.joining,
             lun: ScsiLun::from_int(lun.lun),
             geo: lun.geometry(),
             lun_num: lun.lun,
@@ -159,10 +162,12 @@ impl SrpParts {
             dev_id: opts.dev_id,
             status,
             capacity: opts.capacity.clone(),
+            joining: false,
         };
-        let mut devices = vec![SrpDevice::new(&s.lun, max_io, first)];
+        let mut devices = vec![SrpDevice::new(&s.lun, max_io, first, opts.recover)];
         for (lun, slot) in s.more_luns.iter().zip(more) {
-            devices.push(SrpDevice::new(lun, s.lun_max_io(lun), slot));
+            let max_io = s.lun_max_io(lun);
+            devices.push(SrpDevice::new(lun, max_io, slot, opts.recover));
         }
         SrpParts {
             channels: s.channels,
@@ -185,6 +190,7 @@ impl SrpParts {
             dev_id: opts.dev_id,
             status,
             capacity: opts.capacity.clone(),
+            joining: false,
         };
         let devices = h
             .devices
@@ -196,6 +202,7 @@ impl SrpParts {
                 geo: d.geometry,
                 lun_num: d.lun,
                 dev_id: slot.dev_id,
+                recover: true,
                 status: slot.status,
                 capacity: slot.capacity,
             })
@@ -221,7 +228,7 @@ pub(super) fn serve_srp(
     let nr_queues = parts.channels.len() as u16;
     let mut ctrls = Vec::with_capacity(parts.devices.len());
     for d in &parts.devices {
-        let ctrl = match (opts.recover, &d.new) {
+        let ctrl = match (d.recover, &d.new) {
             (false, Some((max_io, _))) => {
                 build_ctrl("srp-ublk", d.dev_id, nr_queues, parts.depth, *max_io, POOL)
             }

@@ -1,6 +1,6 @@
 # --queues 2: two channels (two QPs, two logins at the target), each queue thread pinned where list
 # says (by default on the next queue's CPUs, off the CPU that submits to it; --cpus overrides), and
-# I/O runs on both.
+# I/O runs on both. A second LUN added to the port joins the daemon and its 2 channels.
 . /usr/lib/srp-lab/suite/lib.sh
 trap 'show_logs; ublk_cleanup' EXIT
 # check_pinning WANT0 WANT1: each queue thread's allowed CPUs, from /proc and from list --json
@@ -36,6 +36,21 @@ for c in $cmds; do [ "$c" -gt 1000 ] || fail "a queue carried only $c commands";
 ok "I/O ran on both queues"
 srp-ublk del --all || fail "del"
 dev=$(ublk_add --queues 2 --cpus 0,1) || fail "add --cpus 0,1: $dev"
+check_pinning 0 1
+# a second LUN of the port joins the daemon: one daemon, the same 2 channels, LUN 0's data intact
+# and its queues where --cpus put them
+pattern /tmp/l0 2
+dd if=/tmp/l0 of="$dev" bs=1M oflag=direct conv=fsync 2>/dev/null || fail "write $dev"
+pid=$(pidof srp-ublk)
+t=$(now)
+dev1=$(ublk_add --lun 1) || fail "add --lun 1 to the running daemon: $dev1"
+echo "LUN 1 joined as $dev1 in $(since "$t") s"
+expect_eq "daemon after the join (same pid)" "$(pidof srp-ublk)" "$pid"
+expect_eq "QPs owned by srp-ublk after the join" "$(/usr/bin/rdma res show qp | grep -c srp-ublk)" 2
+expect_eq "size of LUN 1 ($dev1)" "$(blockdev --getsize64 "$dev1")" $((32 << 20))
+expect_eq "LUN 0 after the join" "$(sha_range "$dev" 0 2)" "$(sha256sum < /tmp/l0 | cut -c1-64)"
+dd if=/tmp/l0 of="$dev1" bs=1M oflag=direct conv=fsync 2>/dev/null || fail "write $dev1"
+expect_eq "LUN 1 reads back" "$(sha_range "$dev1" 0 2)" "$(sha256sum < /tmp/l0 | cut -c1-64)"
 check_pinning 0 1
 trap - EXIT
 ublk_cleanup

@@ -2,7 +2,8 @@
 # again leaves them alone; after `kill -9` of one device's daemon, `up` recovers that device (the
 # same /dev/ublkbN, its data intact); `down` removes both. Under `up --supervise` (no periodic
 # rescan), a target file with `lun = all` gets a device for a LUN mapped on the target at run time:
-# LIO raises REPORTED LUNS DATA HAS CHANGED on the other LUNs, which the next I/O meets.
+# LIO raises REPORTED LUNS DATA HAS CHANGED on the other LUNs, which the next I/O meets; the new
+# LUN's device joins the daemon that serves the others.
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh   # lab_map_lun
 ublk_cleanup
@@ -60,6 +61,10 @@ d3=$(srp-ublk list | grep 'lun 3 ' | cut -d' ' -f1)
 expect_contains "the supervisor's log" "$(cat /tmp/supervise.log)" "LUNs changed"
 echo "LUN 3 mapped at run time: $d3 after $(since "$t") s (a read from LUN 0 met the unit attention)"
 expect_eq "size of the new LUN" "$(blockdev --getsize64 "$d3")" $((8 << 20))
+# it joined the daemon of the port's other LUNs (the same channels), not one of its own
+expect_eq "daemons named by the state files" "$(cat /run/srp-ublk/ublkb*.json | grep -o '"pid": *[0-9]*' | sort -u | wc -l)" 1
+expect_contains "the supervisor's log" "$(cat /tmp/supervise.log)" "joins the port's daemon"
+expect_eq "LUN 0 reads after the join" "$(dd if="$d0" bs=4k count=1 iflag=direct 2>/dev/null | wc -c)" 4096
 kill -0 $sup || fail "the supervisor exited: $(cat /tmp/supervise.log)"
 kill $sup; wait $sup
 srp-ublk down all >/dev/null || fail "down all"

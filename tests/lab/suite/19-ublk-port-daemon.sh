@@ -4,7 +4,9 @@
 # crc32c-verified writes on every device: a link flap and a target drop (each reconnects the port's
 # 2 channels, not one per LUN); `del` of one device leaves the others writing; `kill -9` of the
 # daemon and `recover --all` take the others over together in one new daemon; `upgrade --all`
-# moves them to a new image of the daemon. No verify error anywhere.
+# moves them to a new image of the daemon; a LUN mapped at run time, and the LUN whose device was
+# deleted, join the running daemon and its 2 channels with `add --lun all`. No verify error
+# anywhere.
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh
 ublk_cleanup
@@ -17,7 +19,7 @@ add_luns() {
     done
 }
 remove_luns() {
-    for l in $EXTRA; do
+    for l in $EXTRA 8; do
         lab_unmap_lun "$SRP_TPG" $LAB_IP $l ramdisk$l 2>/dev/null
         rmdir "$CFG/core/rd_mcp_0/ramdisk$l" 2>/dev/null
     done
@@ -142,8 +144,31 @@ log=$(daemon_log "${d0#/dev/ublkb}")
 expect_eq "re-executions in the daemon's log ($log)" "$(grep -c 'go over to the binary' "$log")" 1
 for d in $live; do wait_io "$d" 60 >/dev/null || fail "no I/O on $d within 60 s of the upgrade"; done
 sleep 4
-for n in 0 1 2 3 4 5 6; do vstop $n; done
-expect_eq "queues running at the end" "$(queue_states | tr ' ' '\n' | grep -c '^running$')" 14
+
+# a 9th LUN mapped at run time: `add --lun all` gives it, and LUN 7 (its device deleted above), a
+# device each from the running daemon, over the port's same 2 channels
+rd=$CFG/core/rd_mcp_0/ramdisk8
+mkdir -p "$rd" && echo "rd_pages=$((8 * 256))" > "$rd/control" && echo 1 > "$rd/enable" &&
+    lab_unit_serial "$rd" 8 && lab_map_lun "$SRP_TPG" $LAB_IP 8 "$rd" || fail "mapping LUN 8"
+t=$(now)
+out=$(ublk_add --lun all --queues 2 2>/tmp/join.err) || fail "add --lun all to the running daemon: $out $(cat /tmp/join.err)"
+echo "$out"; cat /tmp/join.err
+echo "LUNs 7 and 8 joined in $(since "$t") s (the LUN listing's login, the daemon's re-execution)"
+expect_contains "add --lun all with the port's daemon running" "$(cat /tmp/join.err)" "joins the port's daemon (pid $pid"
+expect_eq "devices the running daemon took on" "$(echo "$out" | grep -c /dev/ublkb)" 2
+expect_eq "daemon after the join (same pid)" "$(pidof srp-ublk)" "$pid"
+expect_eq "QPs owned by srp-ublk after the join" "$(qps)" 2
+expect_eq "state files naming the daemon" "$(grep -l "\"pid\": *$pid," /run/srp-ublk/ublkb*.json | wc -l)" 9
+set -- $out
+expect_eq "size of the joined LUN 8 ($2)" "$(blockdev --getsize64 "$2")" $((8 << 20))
+again=$(ublk_add --lun 8 2>&1) && fail "a second device for LUN 8: $again"
+expect_contains "add of a LUN the daemon serves" "$again" "LUN 8 of this target port is $2 already"
+vstart 7 "$1" 8m
+vstart 8 "$2" 8m
+for d in $live $1 $2; do wait_io "$d" 60 >/dev/null || fail "no I/O on $d within 60 s of the join"; done
+sleep 4
+for n in 0 1 2 3 4 5 6 7 8; do vstop $n; done
+expect_eq "queues running at the end" "$(queue_states | tr ' ' '\n' | grep -c '^running$')" 18
 srp-ublk del --all >/dev/null || fail "del --all"
 pidof srp-ublk >/dev/null && fail "a daemon is left after del --all"
 ls /dev/ublkb* 2>/dev/null && fail "devices left after del --all"
