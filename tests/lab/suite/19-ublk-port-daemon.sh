@@ -5,8 +5,8 @@
 # 2 channels, not one per LUN); `del` of one device leaves the others writing; `kill -9` of the
 # daemon and `recover --all` take the others over together in one new daemon; `upgrade --all`
 # moves them to a new image of the daemon; a LUN mapped at run time, and the LUN whose device was
-# deleted, join the running daemon and its 2 channels with `add --lun all`. No verify error
-# anywhere.
+# deleted, join the running daemon and its 2 channels with `add --lun all`; a LUN unmapped under
+# load fails its own device's I/O only. No verify error anywhere else.
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh
 ublk_cleanup
@@ -167,7 +167,20 @@ vstart 7 "$1" 8m
 vstart 8 "$2" 8m
 for d in $live $1 $2; do wait_io "$d" 60 >/dev/null || fail "no I/O on $d within 60 s of the join"; done
 sleep 4
-for n in 0 1 2 3 4 5 6 7 8; do vstop $n; done
+
+# LUN 6 goes away on the target under load: its device's I/O fails (LOGICAL UNIT NOT SUPPORTED),
+# the port's other devices and their channels go on
+set -- $live
+d6=$7
+lab_unmap_lun "$SRP_TPG" $LAB_IP 6 ramdisk6 || fail "unmapping LUN 6"
+_i=0; while [ ! -f /tmp/v6.done ] && [ $_i -lt 300 ]; do sleep 0.1; _i=$((_i + 1)); done
+expect_eq "writer 6 ended with its LUN" "$([ -f /tmp/v6.done ] && echo yes)" yes
+dd if="$d6" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null && fail "a read of $d6 succeeded with its LUN gone"
+expect_eq "daemon with LUN 6 gone (same pid)" "$(pidof srp-ublk)" "$pid"
+sleep 4
+for n in 0 1 2 3 4 5 7 8; do [ -f "/tmp/v$n.done" ] && { cat "/tmp/v$n.txt"; fail "writer $n stopped when LUN 6 went away"; }; done
+ok "LUN 6 gone: $d6 fails its I/O, the other devices' writers go on"
+for n in 0 1 2 3 4 5 7 8; do vstop $n; done
 expect_eq "queues running at the end" "$(queue_states | tr ' ' '\n' | grep -c '^running$')" 18
 srp-ublk del --all >/dev/null || fail "del --all"
 pidof srp-ublk >/dev/null && fail "a daemon is left after del --all"
