@@ -482,51 +482,41 @@ pub(super) fn forget(dev_id: u32) {
 /// the new image logs in and recovers the devices, and ublk issues the I/O again. Returns
 /// (logging why) only if the new image could not be started.
 fn re_exec() {
-    let devs = match super::handover::own_devices() {
-        Ok(d) => d,
-        Err(e) => return tracing::error!("upgrade refused: {e:#}"),
-    };
+    // LUNs `add` asked this daemon to serve too go with it, or are refused with its reason
+    let joining = super::join::requested();
+    if let Err(e) = exec_image(&joining) {
+        tracing::error!("upgrade refused: {e:#}; this image goes on serving");
+        if !joining.is_empty() {
+            super::join::refuse(&joining, &e);
+        }
+    }
+}
+
+/// [`re_exec`]'s exec of the installed binary over the devices this daemon serves and the LUNs
+/// `joining`; returns only with why it could not.
+fn exec_image(joining: &[u64]) -> anyhow::Result<()> {
+    let devs = super::handover::own_devices()?;
     let names = super::handover::names(&devs);
     // /proc/self/exe names the file this image came from, " (deleted)" once a package replaced it
-    let exe = match std::fs::read_link("/proc/self/exe") {
-        Ok(p) => {
-            let s = p.to_string_lossy();
-            std::path::PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s))
-        }
-        Err(e) => {
-            tracing::error!("upgrade of {names} refused: /proc/self/exe: {e}");
-            return;
-        }
-    };
+    let p = std::fs::read_link("/proc/self/exe").context("/proc/self/exe")?;
+    let s = p.to_string_lossy();
+    let exe = std::path::PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s));
     if !exe.is_file() {
-        tracing::error!(
-            "upgrade of {names} refused: no binary at {}: this image goes on serving",
-            exe.display()
-        );
-        return;
+        bail!("no binary at {} to run for {names}", exe.display());
     }
     tracing::warn!(
         "upgrade: {names} go over to the binary at {} (same pid {})",
         exe.display(),
         std::process::id()
     );
-    // LUNs `add` asked this daemon to serve too go with it
-    let joining = super::join::requested();
     if !joining.is_empty() {
         tracing::info!("LUN(s) {joining:?} join this port's daemon with the new image");
     }
     use std::os::unix::process::CommandExt;
     let err = Command::new(&exe)
-        .args(super::recover::joining_argv(&devs, &joining))
+        .args(super::recover::joining_argv(&devs, joining))
         .exec();
-    tracing::error!(
-        "upgrade of {names}: exec {} failed ({err}); this image goes on serving",
-        exe.display()
-    );
-    if !joining.is_empty() {
-        let e = anyhow::Error::new(err).context(format!("exec {}", exe.display()));
-        super::join::refuse(&joining, &e);
-    }
+    Err(anyhow::Error::new(err).context(format!("exec {} for {names}", exe.display())))
 }
 
 /// The device a previous image of this daemon handed over (`-n N --handover-since`).

@@ -61,18 +61,14 @@ trap 'rm -f "$job"' EXIT
 t0=$SECONDS
 LAB_QEMU_EXTRA="$extra" LAB_TIMEOUT=${LAB_TIMEOUT:-2400} bash "$ROOT/tests/lab/lab.sh" $how "$job"
 mkdir -p "$ROOT/target/bench"
-if [ "$WHAT" = luns ]; then
-    raw=$ROOT/target/bench/luns-$stamp
-    cp -r "$ROOT/target/lab/out/luns" "$raw"
-    python3 "$HERE/luns.py" "$raw" "$raw.json"
-    echo "bench luns: $((SECONDS - t0)) s; summary $raw.json; raw results $raw/"
-    exit 0
-fi
-if [ "$WHAT" = counters ]; then
-    raw=$ROOT/target/bench/counters-$stamp
-    cp -r "$ROOT/target/lab/out/${BENCH_PAIR:+pair/}counters" "$raw"
-    python3 "$HERE/counters.py" "$raw" "$raw.json"
-    echo "bench counters: $((SECONDS - t0)) s; summary $raw.json; raw results $raw/"
+# counters and luns: the guest's results under target/bench/WHAT-<time>/, summarised by WHAT.py
+if [ "$WHAT" = luns ] || [ "$WHAT" = counters ]; then
+    raw=$ROOT/target/bench/$WHAT-$stamp
+    out=$WHAT
+    [ "$WHAT" = counters ] && out=${BENCH_PAIR:+pair/}counters
+    cp -r "$ROOT/target/lab/out/$out" "$raw"
+    python3 "$HERE/$WHAT.py" "$raw" "$raw.json"
+    echo "bench $WHAT: $((SECONDS - t0)) s; summary $raw.json; raw results $raw/"
     exit 0
 fi
 raw=$ROOT/target/bench/lab-$stamp
