@@ -15,8 +15,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// The running daemon `owner`'s devices of `target`'s port are served by (the devices of one
-/// targets.d file's unit, or of manual `add`s: each keeps its own daemon), if there is one.
+/// The devices `owner` attached of `target`'s port, when a running daemon serves them (a targets.d
+/// file's unit and manual `add`s, `owner` `None`, keep daemons of their own).
 pub(super) fn port_daemon(target: &TargetSpec, owner: Option<&str>) -> Option<Vec<DeviceState>> {
     let devs: Vec<DeviceState> = DeviceState::of_nexus(target)
         .into_iter()
