@@ -216,8 +216,7 @@ fn join(
             return Ok(());
         }
     }
-    let timeout = Duration::from_secs(a.session.timeout * 4 + 60);
-    super::join::join(devs, &luns, timeout, Announce::json_if(a.json))
+    super::join::join(devs, &luns, a.session.timeout, Announce::json_if(a.json))
 }
 
 /// Every LUN the target reports that can be a block device (the others are named, then skipped).

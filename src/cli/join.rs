@@ -36,12 +36,12 @@ fn refusal(pid: u32, lun: u64) -> PathBuf {
 }
 
 /// Has the daemon serving `devs` (one port's) serve `luns` too, each with a device of its own,
-/// and waits up to `timeout` for them; announces each new device as `add` does. A LUN one of
-/// `devs` serves already is refused.
+/// and waits for them as long as `add` waits for a new daemon (`login_timeout` s a login);
+/// announces each new device as `add` does. A LUN one of `devs` serves already is refused.
 pub(super) fn join(
     devs: &[DeviceState],
     luns: &[u64],
-    timeout: Duration,
+    login_timeout: u64,
     out: Announce,
 ) -> anyhow::Result<()> {
     let Some(d) = devs.first() else {
@@ -79,7 +79,7 @@ pub(super) fn join(
     }
     ask(d.pid, luns)?;
     super::daemon::signal(d, SIGUSR2)?;
-    await_joined(d, luns, timeout, out)
+    await_joined(d, luns, super::spawn::setup_limit(login_timeout), out)
 }
 
 fn lun_list(luns: &[u64]) -> String {
@@ -113,16 +113,17 @@ fn await_joined(
     while !left.is_empty() {
         std::thread::sleep(Duration::from_millis(50));
         let mut still = Vec::with_capacity(left.len());
+        let now = DeviceState::of_nexus(&target);
         for lun in left {
             if let Ok(why) = std::fs::read_to_string(refusal(d.pid, lun)) {
                 let _ = std::fs::remove_file(refusal(d.pid, lun));
                 bail!("LUN {lun} could not join the port's daemon: {}", why.trim());
             }
-            let served = DeviceState::of_nexus(&target)
-                .into_iter()
+            let served = now
+                .iter()
                 .find(|o| o.lun == lun && o.pid == d.pid && super::daemon::alive(o));
             match served {
-                Some(o) => announce(&o, out),
+                Some(o) => announce(o, out),
                 None => still.push(lun),
             }
         }

@@ -61,7 +61,8 @@ pub(super) fn add(
     )
 }
 
-fn list(luns: &[u64]) -> String {
+/// `luns` as `--lun` takes them: "0,2".
+pub(super) fn list(luns: &[u64]) -> String {
     luns.iter()
         .map(u64::to_string)
         .collect::<Vec<_>>()

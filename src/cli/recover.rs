@@ -143,13 +143,17 @@ pub(crate) fn joining_argv(devs: &[DeviceState], joining: &[u64]) -> Vec<OsStrin
     };
     let join =
         |f: &dyn Fn(&DeviceState) -> String| devs.iter().map(f).collect::<Vec<_>>().join(",");
-    let luns = devs.iter().map(|d| d.lun).chain(joining.iter().copied());
+    let luns: Vec<u64> = devs
+        .iter()
+        .map(|d| d.lun)
+        .chain(joining.iter().copied())
+        .collect();
     let mut v: Vec<String> = vec![
         "add".into(),
         "--target".into(),
         d.target.clone(),
         "--lun".into(),
-        luns.map(|l| l.to_string()).collect::<Vec<_>>().join(","),
+        super::port::list(&luns),
         "--queues".into(),
         d.queues.len().to_string(),
         "--depth".into(),

@@ -68,11 +68,17 @@ pub fn spawn_port_daemon(
             }
         }
     });
-    let limit = Duration::from_secs(login_timeout * 4 + 60);
+    let limit = setup_limit(login_timeout);
     for _ in 0..devices.max(1) {
         await_ready(&mut child, &rx, limit, &log, announce)?;
     }
     Ok(())
+}
+
+/// How long a daemon may take to bring a device up, for a login limit of `login_timeout` s: a
+/// login, the LUNs' interrogation and the device's start, with room for retries.
+pub(super) fn setup_limit(login_timeout: u64) -> Duration {
+    Duration::from_secs(login_timeout * 4 + 60)
 }
 
 /// How a live device is announced on stdout.

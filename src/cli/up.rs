@@ -190,12 +190,11 @@ fn up_one(c: &Conf, quiet: bool) -> anyhow::Result<Vec<u32>> {
     }
     // a LUN mapped at run time joins the daemon serving the port's other LUNs
     let daemon = super::join::port_daemon(&c.target, Some(&c.name));
+    let list: Vec<String> = missing.iter().map(u64::to_string).collect();
     if let (false, Some(devs)) = (missing.is_empty(), daemon) {
-        let timeout = Duration::from_secs(c.add.session.timeout * 4 + 60);
-        print!("{}: LUN {missing:?}: ", c.name);
-        super::join::join(&devs, &missing, timeout, Announce::Path)?;
+        print!("{}: LUN {}: ", c.name, list.join(", "));
+        super::join::join(&devs, &missing, c.add.session.timeout, Announce::Path)?;
     } else if !missing.is_empty() {
-        let list: Vec<String> = missing.iter().map(u64::to_string).collect();
         let conf: Vec<std::ffi::OsString> = c.argv.iter().map(Into::into).collect();
         let mut argv: Vec<std::ffi::OsString> = vec!["add".into()];
         argv.extend(without_lun(&conf));
