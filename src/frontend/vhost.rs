@@ -293,6 +293,14 @@ where
             tracing::error!("{e}");
             return Err(std::io::Error::other(e));
         }
+        // a table comes at each connection and whenever the guest's memory changes (hot-plug)
+        let bytes: u64 = m.iter().map(|r| r.len()).sum();
+        tracing::info!(
+            "the VMM's memory table: {} region(s), {} MiB; the queues register it before their \
+             next request",
+            m.num_regions(),
+            bytes >> 20
+        );
         *self.mem.mem.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
         self.mem.gen.fetch_add(1, Relaxed);
         Ok(())

@@ -3,8 +3,10 @@
 # serial: "tools" is a read-only ext2 image holding fio and its libraries, "ublk" and "ibsrp" are
 # virtio-blk disks on /dev/ublkbN and ib_srp's /dev/sdX, and the one whose serial is the LUN's
 # (GET_ID) is the vhost-user-blk disk. The job comes from the kernel command line (srpjob=):
-#   fs       make ext4 on the one data disk, write files, print their checksums between markers
-#   fs,fio   the same, then fio with verify on a file of that ext4 (4-64 KiB random writes, QD8)
+#   fs       on each data disk (vhost-user-blk, then ublk): make ext4, write files, print their
+#            checksums between markers naming the disk
+#   fs,fio   the same, and fio with verify on a file of the vhost-user-blk disk's ext4 (4-64 KiB
+#            random writes, QD8)
 #   bench    tests/lab/bench/vm-guest.sh's rounds: the same fio job on each data disk in turn,
 #            its I/O between BENCH-BEGIN and BENCH-END lines (the lab guest samples its CPU at
 #            each), then a BENCH-RESULT line with fio's terse output
@@ -24,14 +26,13 @@ for a in $(cat /proc/cmdline); do
 done
 i=0; while [ ! -b /dev/vda ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 sleep 1
-# disk NAME: the /dev node of the disk whose serial is NAME ("" when none); "data" is the first
-# disk that is not the tools image
+# disk NAME: the /dev node of the disk whose serial is NAME ("" when none); "vhost" is the one whose
+# serial is none of the others' (the LUN's, from GET_ID)
 disk() {
     for d in /sys/block/vd*; do
         [ -e "$d" ] || continue
         s=$(cat "$d/serial" 2>/dev/null)
         case $1 in
-            data) [ "$s" != tools ] && { echo "/dev/${d##*/}"; return; };;
             vhost) case $s in tools|ublk|ibsrp) ;; *) echo "/dev/${d##*/}"; return;; esac;;
             *) [ "$s" = "$1" ] && { echo "/dev/${d##*/}"; return; };;
         esac
@@ -73,21 +74,24 @@ bench)
     done
     echo "inner: bench done";;
 fs*)
-    D=$(disk data)
-    if [ -n "$D" ]; then
-        echo "inner: $D is $(cat /sys/block/${D#/dev/}/size) sectors, uptime $(cut -d' ' -f1 /proc/uptime)"
+    # each data disk in turn: the vhost-user-blk one, then the one on /dev/ublkbN
+    n=0
+    for name in vhost ublk; do
+        D=$(disk $name); [ -n "$D" ] || continue
+        n=$((n + 1))
+        echo "inner: $name disk $D is $(cat /sys/block/${D#/dev/}/size) sectors, uptime $(cut -d' ' -f1 /proc/uptime)"
         /sbin/mke2fs -q -t ext4 -F -L srpvm "$D" && mount -t ext4 "$D" /mnt && {
             dd if=/dev/urandom of=/mnt/data.bin bs=1M count=8 2>/dev/null
             echo "written by the VM inside the lab guest" > /mnt/hello.txt
             mkdir /mnt/dir
             for i in $(seq 1 20); do echo "file $i" > /mnt/dir/f$i; done
-            echo "inner: SUMS-BEGIN"
+            echo "inner: SUMS-BEGIN $name"
             (cd /mnt && sha256sum data.bin hello.txt dir/f1 dir/f20)
-            echo "inner: SUMS-END"
-            case $JOB in *fio*)
+            echo "inner: SUMS-END $name"
+            case $JOB,$name in *fio*,vhost)
                 if [ -n "$FIO" ]; then
                     echo "inner: FIO-BEGIN"
-                    $FIO --name=verify --filename=/mnt/fio.dat --size=16M --direct=1 --ioengine=libaio \
+                    $FIO --name=verify --filename=/mnt/fio.dat --size=12M --direct=1 --ioengine=libaio \
                         --rw=randwrite --bsrange=4k-64k --iodepth=8 --verify=crc32c --do_verify=1 \
                         --verify_fatal=1 2>&1
                     echo "inner: FIO-END exit $?"
@@ -95,11 +99,10 @@ fs*)
                     echo "inner: FIO-END no fio"
                 fi;;
             esac
-            sync; umount /mnt && echo "inner: unmounted, uptime $(cut -d' ' -f1 /proc/uptime)"
+            sync; umount /mnt && echo "inner: unmounted $name, uptime $(cut -d' ' -f1 /proc/uptime)"
         }
-    else
-        echo "inner: no data disk"
-    fi;;
+    done
+    [ $n -gt 0 ] || echo "inner: no data disk";;
 esac
 [ -n "$tools" ] && umount /tools
 poweroff -f

@@ -1,12 +1,14 @@
 #!/bin/bash
-# A VM on /dev/ublkbN over the SRP LUN, in the lab (issue 23): inside the lab guest (TCG), srp-ublk
-# attaches LIO's LUN 0 over soft-RoCE and a second QEMU (TCG under TCG) boots the lab's kernel with
-# /dev/ublkb0 as its virtio-blk disk (cache.direct=on), makes an ext4 file system, writes files and
-# powers off; the lab guest then checks the file system and the files on /dev/ublkb0. The inner
-# QEMU, its firmware, the kernel and a small initramfs come from the host through a 9p share.
-# With NESTED_MODE=vhost the inner VM's disk is `srp-ublk serve --vhost-user-blk` instead (the
-# guest's memory shared with it, the target reading and writing it directly), with the QEMU
-# options docs/vm-hosts.md gives for it; the files are then checked through /dev/ublkb0.
+# VMs on the SRP LUNs, in the lab (issues 23 and 45): inside the lab guest (TCG), a second QEMU (TCG
+# under TCG) boots the lab's kernel with two data disks, each with the QEMU options docs/vm-hosts.md
+# gives for it: LUN 0 through `srp-ublk serve --vhost-user-blk` (the guest's memory shared with the
+# server, the target reading and writing it directly) and LUN 1 as virtio-blk on /dev/ublkbN
+# (cache.direct=on). The VM makes ext4 on each, writes files, runs fio with verify on the
+# vhost-user-blk disk while the lab guest hot-plugs memory into it (a new memory table with I/O in
+# flight), and powers off; the lab guest then checks both file systems and the files: LUN 0's
+# through the kernel's ib_srp, LUN 1's on /dev/ublkbN. The inner QEMU, its firmware, the kernel, a
+# small initramfs and fio come from the host through a 9p share.
+# NESTED_MODE=bench runs `just bench vm`'s rounds instead (tests/lab/bench/vm-guest.sh).
 # Prints "vm-lab: N passed, N failed" and how long the inner VM took.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -48,42 +50,38 @@ install -m 755 "$ROOT/tests/lab/vm/inner-init.sh" "$I/init"
 (cd "$I" && find . | cpio -o -H newc --quiet | gzip -1) > "$NEST/initrd.gz"
 rm -rf "$I"
 # fio for the inner VM, with its libraries, on a read-only ext2 image (its disk with serial "tools")
-if [ "${NESTED_MODE:-ublk}" != ublk ]; then
-    T=$NEST/tools-root
-    mkdir -p "$T/lib"
-    cp -L /usr/bin/fio "$T/fio" || fail "no /usr/bin/fio on this host (apt-get install fio)"
-    for lib in $(ldd /usr/bin/fio | grep -o '/[^ )]*'); do cp -L "$lib" "$T/lib/"; done
-    cp -L /lib64/ld-linux-x86-64.so.2 "$T/lib/"
-    mke2fs -q -t ext2 -d "$T" -L tools "$NEST/tools.img" $(( $(du -sm "$T" | cut -f1) + 16 ))M ||
-        fail "making the tools image"
-    rm -rf "$T"
-fi
+MODE=${NESTED_MODE:-both}
+case $MODE in both|bench) ;; *) fail "NESTED_MODE=$MODE: want both (the default) or bench";; esac
+T=$NEST/tools-root
+mkdir -p "$T/lib"
+cp -L /usr/bin/fio "$T/fio" || fail "no /usr/bin/fio on this host (apt-get install fio)"
+for lib in $(ldd /usr/bin/fio | grep -o '/[^ )]*'); do cp -L "$lib" "$T/lib/"; done
+cp -L /lib64/ld-linux-x86-64.so.2 "$T/lib/"
+mke2fs -q -t ext2 -d "$T" -L tools "$NEST/tools.img" $(( $(du -sm "$T" | cut -f1) + 16 ))M ||
+    fail "making the tools image"
+rm -rf "$T"
 DOC=$ROOT/docs/vm-hosts.md
-if [ "${NESTED_MODE:-ublk}" != ublk ]; then
-    # the documented options for a vhost-user-blk disk, as written
-    mem=$(grep -m1 -o -- '-object memory-backend-memfd,[^ ]*' "$DOC") || fail "no memory-backend-memfd in $DOC"
-    numa=$(grep -m1 -o -- '-numa node,memdev=[^ ]*' "$DOC") || fail "no -numa line in $DOC"
-    chardev=$(grep -m1 -o -- '-chardev socket,id=vhost0,[^ ]*' "$DOC") || fail "no vhost-user -chardev in $DOC"
-    device=$(grep -m1 -o -- '-device vhost-user-blk-pci,[^ ]*' "$DOC") || fail "no vhost-user-blk-pci in $DOC"
-    echo "$mem $numa $chardev $device" > "$NEST/qemu-disk-opts"
-    if [ "$NESTED_MODE" = bench ]; then
-        # beside it, the same LUN as virtio-blk on /dev/ublkb0 and on ib_srp's disk (docs' options)
-        blockdev=$(grep -m1 -o -- '-blockdev driver=host_device,[^ ]*' "$DOC") || fail "no host_device -blockdev in $DOC"
-        echo "$blockdev" | sed 's/node-name=[^,]*/node-name=ublk0/' > "$NEST/qemu-ublk-opts"
-        echo "$blockdev" | sed 's/node-name=[^,]*/node-name=ref0/' > "$NEST/qemu-ref-opts"
-    fi
-    echo "$NESTED_MODE" > "$NEST/mode"
-else
-    # the documented options for a VM on /dev/ublkbN, as written (the first -blockdev/-device pair)
-    blockdev=$(grep -m1 -o -- '-blockdev driver=host_device,[^ ]*' "$DOC") || fail "no host_device -blockdev in $DOC"
-    device=$(grep -m1 -o -- '-device virtio-blk-pci,drive=[^ ]*' "$DOC") || fail "no -device line in $DOC"
-    echo "$blockdev $device" > "$NEST/qemu-disk-opts"
-    echo ublk > "$NEST/mode"
+# the documented options for a vhost-user-blk disk, as written
+mem=$(grep -m1 -o -- '-object memory-backend-memfd,[^ ]*' "$DOC") || fail "no memory-backend-memfd in $DOC"
+numa=$(grep -m1 -o -- '-numa node,memdev=[^ ]*' "$DOC") || fail "no -numa line in $DOC"
+chardev=$(grep -m1 -o -- '-chardev socket,id=vhost0,[^ ]*' "$DOC") || fail "no vhost-user -chardev in $DOC"
+device=$(grep -m1 -o -- '-device vhost-user-blk-pci,[^ ]*' "$DOC") || fail "no vhost-user-blk-pci in $DOC"
+echo "$mem $numa $chardev $device" > "$NEST/qemu-disk-opts"
+# and for a VM on /dev/ublkbN (the first -blockdev/-device pair), its node named ublk0
+blockdev=$(grep -m1 -o -- '-blockdev driver=host_device,[^ ]*' "$DOC") || fail "no host_device -blockdev in $DOC"
+blkdevice=$(grep -m1 -o -- '-device virtio-blk-pci,drive=[^ ]*' "$DOC") || fail "no -device line in $DOC"
+node=$(echo "$blockdev" | grep -o 'node-name=[^,]*' | cut -d= -f2)
+echo "$blockdev" | sed 's/node-name=[^,]*/node-name=ublk0/' > "$NEST/qemu-ublk-opts"
+[ "$blkdevice" = "-device virtio-blk-pci,drive=$node" ] || fail "$DOC's -device line ($blkdevice) is not for its -blockdev ($node)"
+if [ "$MODE" = bench ]; then
+    # beside them, the same LUN on ib_srp's disk (docs' options)
+    echo "$blockdev" | sed 's/node-name=[^,]*/node-name=ref0/' > "$NEST/qemu-ref-opts"
 fi
-echo "vm-lab: qemu options from docs/vm-hosts.md: $(cat "$NEST/qemu-disk-opts")"
+echo "$MODE" > "$NEST/mode"
+echo "vm-lab: qemu options from docs/vm-hosts.md: $(cat "$NEST/qemu-disk-opts") and $(cat "$NEST/qemu-ublk-opts")"
 echo "vm-lab: inner VM staged in $NEST ($(du -sh "$NEST" | cut -f1))"
 script=$ROOT/tests/lab/vm/guest-nested.sh
-if [ "${NESTED_MODE:-ublk}" = bench ]; then
+if [ "$MODE" = bench ]; then
     script=$ROOT/tests/lab/bench/vm-guest.sh
     echo "ROUNDS=${BENCH_ROUNDS:-3} SECS=${BENCH_SECS:-10}" > "$NEST/bench.env"
     rm -f "$LAB/out/vm-bench.txt"
@@ -92,7 +90,7 @@ t0=$SECONDS
 LAB_TIMEOUT=${LAB_TIMEOUT:-1500} \
     LAB_QEMU_EXTRA="-virtfs local,path=$NEST,mount_tag=nested,security_model=none,id=nested" \
     bash "$ROOT/tests/lab/lab.sh" run "$script" || fail "the lab guest failed"
-if [ "${NESTED_MODE:-ublk}" = bench ]; then
+if [ "$MODE" = bench ]; then
     stamp=$(date -u +%Y%m%dT%H%M%SZ)
     mkdir -p "$ROOT/target/bench"
     cp "$LAB/out/vm-bench.txt" "$ROOT/target/bench/vm-$stamp.txt" || fail "the lab guest wrote no vm-bench.txt"
