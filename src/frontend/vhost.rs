@@ -1,11 +1,15 @@
 //! vhost-user-blk: the LUN as a virtio-blk disk a VMM (QEMU's `vhost-user-blk-pci`,
 //! cloud-hypervisor, crosvm) gives its guest, with no host block layer between the guest and the
-//! target. Built on rust-vmm's `vhost-user-backend`: one worker thread per virtqueue, each owning
-//! its own SRP channel (`worker::Worker`); the daemon's event loop wakes a worker on its queue's
-//! kick and on its own epoll fd (the channel's completion channel and connection manager, and a
-//! timer for the path's deadlines). The guest's memory is lent to each queue's path when the VMM
-//! sends its memory table, so a request's data goes to the target from the guest's own pages.
+//! target. Built on rust-vmm's `vhost` request handler (`handler::Conn`, with `vhost-user-backend`'s
+//! rings): one thread per virtqueue, each owning its own SRP channel (`worker::Worker`), woken by
+//! its queue's kick and by the worker's own epoll fd (the channel's completion channel and
+//! connection manager, and a timer for the path's deadlines). The guest's memory is lent to each
+//! queue's path when the VMM sends its memory table, so a request's data goes to the target from
+//! the guest's own pages; the requests each queue has taken are marked in the VMM's inflight
+//! region (`inflight`), so a backend started after this one takes again what this one left.
 
+mod handler;
+mod inflight;
 mod request;
 #[cfg(test)]
 mod socket_tests;
@@ -26,18 +30,11 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use vhost::vhost_user::{Error as VhostUserError, Listener};
-use vhost_user_backend::{Error as DaemonError, VhostUserBackend, VhostUserDaemon};
+use vhost::vhost_user::{BackendReqHandler, Error as VhostUserError, Listener};
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
-use vm_memory::{
-    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
-};
-use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use worker::{Vring, Worker};
 
 /// What the disk is: fixed while it is served, shared by the queues.
@@ -142,6 +139,9 @@ pub enum VhostError {
         #[source]
         source: std::io::Error,
     },
+    /// A VMM connection's queue threads could not be started.
+    #[error("starting the queue threads of a VMM's connection")]
+    Connection(#[source] std::io::Error),
     /// The socket could not be made.
     #[error(transparent)]
     Socket(#[from] crate::frontend::socket::SocketError),
@@ -212,24 +212,8 @@ impl<C: Connect> Backend<C> {
     }
 }
 
-/// The id a worker's own epoll fd has in the daemon's event loop (above the queues' and the
-/// daemon's own).
-fn listener_id(queues: usize, q: usize) -> u64 {
-    (queues + 1 + q) as u64
-}
-
-impl<C: Connect + Send + 'static> VhostUserBackend for Backend<C>
-where
-    Path<C>: Send,
-{
-    type Bitmap = ();
-    type Vring = Vring;
-
-    fn num_queues(&self) -> usize {
-        self.workers.len()
-    }
-
-    fn max_queue_size(&self) -> usize {
+impl<C: Connect> Backend<C> {
+    fn max_queue_size(&self) -> u16 {
         1024
     }
 
@@ -260,17 +244,19 @@ where
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::MQ
+        VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::INFLIGHT_SHMFD
     }
 
     fn set_event_idx(&self, enabled: bool) {
         self.event_idx.store(enabled, Relaxed);
     }
 
-    fn set_config(&self, offset: u32, buf: &[u8]) -> std::io::Result<()> {
+    fn set_config(&self, offset: u32, buf: &[u8]) {
         // the writeback byte is the only writable field; the LUN's cache is the target's to set
         // (MODE SELECT), so the byte keeps the LUN's value (a Linux guest reads it back after
-        // writing it); an error here would end the VMM's connection
+        // writing it)
         if offset == 32 && buf.first() != Some(&u8::from(self.dev.geo.cache.flushes())) {
             tracing::warn!(
                 "the guest asked to turn the LUN's write cache {}: that is the target's setting, \
@@ -278,7 +264,6 @@ where
                 if buf.first() == Some(&0) { "off" } else { "on" }
             );
         }
-        Ok(())
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
@@ -287,12 +272,9 @@ where
         c[offset as usize..].to_vec()
     }
 
-    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap<()>>) -> std::io::Result<()> {
-        let m = mem.memory().into_inner();
-        if let Err(e) = check_regions(&m) {
-            tracing::error!("{e}");
-            return Err(std::io::Error::other(e));
-        }
+    /// A memory table the connection checked: the queues lend it to their paths at their next
+    /// pass.
+    fn take_memory(&self, m: Arc<GuestMemoryMmap<()>>) {
         // a table comes at each connection and whenever the guest's memory changes (hot-plug)
         let bytes: u64 = m.iter().map(|r| r.len()).sum();
         tracing::info!(
@@ -303,48 +285,32 @@ where
         );
         *self.mem.mem.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
         self.mem.gen.fetch_add(1, Relaxed);
-        Ok(())
     }
 
-    fn queues_per_thread(&self) -> Vec<u64> {
-        (0..self.workers.len()).map(|q| 1u64 << q).collect()
-    }
-
-    fn exit_event(&self, _thread: usize) -> Option<(EventConsumer, EventNotifier)> {
-        // each connection's worker threads end with it
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()
-    }
-
-    fn stop_vring(&self, queue: u32) -> std::io::Result<()> {
-        // the VMM stops the queue (GET_VRING_BASE): what the target has must be answered first
-        let Some(out) = self.outstanding.get(queue as usize) else {
-            return Ok(());
+    /// Serves queue `q`'s completions until it has nothing with the target (a minute at most):
+    /// the VMM stops the ring (GET_VRING_BASE, which must come after the ring's last used
+    /// entry), or a new connection is to take over the guest's buffers. `vring` is not taken
+    /// from: it is stopped, or not started yet.
+    fn drain(&self, q: usize, vring: &Vring) {
+        let Some(out) = self.outstanding.get(q) else {
+            return;
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         while out.load(Relaxed) > 0 && Instant::now() < deadline {
+            self.pass(q, vring);
             std::thread::sleep(Duration::from_millis(1));
         }
-        Ok(())
     }
 
-    fn handle_event(
-        &self,
-        _device_event: u16,
-        _evset: EventSet,
-        vrings: &[Vring],
-        thread_id: usize,
-    ) -> std::io::Result<()> {
-        let Some(vring) = vrings.first() else {
-            return Ok(());
-        };
+    /// One pass of queue `q`'s worker over its ring (the memory table lent first when it moved).
+    fn pass(&self, q: usize, vring: &Vring) {
         let gen = self.mem.gen.load(Relaxed);
-        let mut w = self.worker(thread_id);
+        let mut w = self.worker(q);
         let mem = w.needs_memory(gen).then(|| {
             let m = self.mem.mem.lock().unwrap_or_else(|e| e.into_inner());
             (gen, m.clone())
         });
         w.pass(vring, mem);
-        Ok(())
     }
 }
 
@@ -364,35 +330,35 @@ where
         path: path.display().to_string(),
         detail,
     };
-    let mut listener = Listener::from(crate::frontend::socket::bind_unix(path, group)?);
+    let listener = Listener::from(crate::frontend::socket::bind_unix(path, group)?);
     ready();
     let queues = backend.workers.len();
     loop {
-        // no memory table until the next VMM sends its own
+        let stream = match listener.accept() {
+            Ok(Some(s)) => s,
+            Ok(None) => continue,
+            Err(e) => return Err(err(format!("accepting a VMM: {e}"))),
+        };
+        // no memory table until the VMM sends its own
         *backend.mem.mem.lock().unwrap_or_else(|e| e.into_inner()) = None;
         backend.mem.gen.fetch_add(1, Relaxed);
-        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let mut daemon = VhostUserDaemon::new("srp-ublk-vhost".into(), backend.clone(), mem)
-            .map_err(|e| err(e.to_string()))?;
-        let handlers = daemon.get_epoll_handlers();
-        for (q, h) in handlers.iter().enumerate() {
-            let mut w = backend.worker(q);
-            w.new_connection();
-            h.register_listener(w.fd(), EventSet::IN, listener_id(queues, q))
-                .map_err(|e| err(format!("watching queue {q}'s channel: {e}")))?;
-        }
-        let ended = daemon.start(&mut listener).and_then(|()| {
+        let conn = handler::Conn::new(backend.clone()).map_err(VhostError::Connection)?;
+        let mut requests = BackendReqHandler::from_stream(stream, Arc::new(Mutex::new(conn)));
+        let ended = {
             let _counted = backend.status.connected();
-            daemon.wait()
-        });
-        for h in &handlers {
-            h.send_exit_event();
-        }
+            loop {
+                if let Err(e) = requests.handle_request() {
+                    break e;
+                }
+            }
+        };
+        // the connection's threads end with it
+        drop(requests);
         match ended {
-            Ok(()) | Err(DaemonError::HandleRequest(VhostUserError::Disconnected)) => {
+            VhostUserError::Disconnected | VhostUserError::PartialMessage => {
                 tracing::info!("the VMM disconnected from {}", path.display())
             }
-            Err(e) => tracing::warn!("the VMM's connection on {} ended: {e}", path.display()),
+            e => tracing::warn!("the VMM's connection on {} ended: {e}", path.display()),
         }
         for q in 0..queues {
             let c = backend.worker(q).counters();

@@ -80,6 +80,52 @@ pub(super) enum ChainError {
     Header,
 }
 
+/// The descriptors (address, length, device-writable) of the chain whose head is `head` in the
+/// split ring's descriptor table at `table` of `size` entries, read from guest memory: for a
+/// request taken again from the inflight region (the ring's own iterator starts only from the
+/// available ring). An indirect descriptor is followed once; a chain longer than its table, or
+/// a descriptor outside the table or guest memory, is [`ChainError::Unterminated`].
+pub(super) fn chain_at<M: GuestMemory + ?Sized>(
+    mem: &M,
+    table: GuestAddress,
+    size: u16,
+    head: u16,
+) -> Result<Vec<(GuestAddress, u32, bool)>, ChainError> {
+    const NEXT: u16 = 1;
+    const WRITE: u16 = 2;
+    const INDIRECT: u16 = 4;
+    let (mut table, mut size, mut i) = (table, u32::from(size), u32::from(head));
+    let mut descs = Vec::new();
+    let mut indirect = false;
+    let mut left = size;
+    loop {
+        if i >= size || left == 0 {
+            return Err(ChainError::Unterminated);
+        }
+        left -= 1;
+        let at = table
+            .checked_add(u64::from(i) * 16)
+            .ok_or(ChainError::Unterminated)?;
+        let d: virtio_queue::desc::split::Descriptor =
+            mem.read_obj(at).map_err(|_| ChainError::Unterminated)?;
+        if d.flags() & INDIRECT != 0 {
+            // one indirect table, as the head (a driver puts nothing beside it)
+            if indirect || !descs.is_empty() || d.len() % 16 != 0 || d.len() == 0 {
+                return Err(ChainError::Unterminated);
+            }
+            indirect = true;
+            (table, size, i) = (d.addr(), d.len() / 16, 0);
+            left = size;
+            continue;
+        }
+        descs.push((d.addr(), d.len(), d.flags() & WRITE != 0));
+        if d.flags() & NEXT == 0 {
+            return Ok(descs);
+        }
+        i = u32::from(d.next());
+    }
+}
+
 /// Parses a chain given as its descriptors (address, length, device-writable) into a request.
 pub(super) fn parse<M: GuestMemory + ?Sized>(
     mem: &M,

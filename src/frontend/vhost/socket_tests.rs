@@ -2,7 +2,8 @@
 //! regions, a region past the end of its file, a region whose end wraps), a message that is not
 //! vhost-user, and a client that vanishes mid-message. Each ends that connection, never the
 //! server: the next VMM (rust-vmm's own frontend) is served, and reads the device's
-//! configuration.
+//! configuration. And a VMM reconnecting to a restarted backend with its inflight region: what
+//! the last backend took and did not answer is taken again, once.
 
 use super::tests::{device, fake_path};
 use super::{serve, Backend};
@@ -16,6 +17,10 @@ use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_blk::VIRTIO_BLK_F_FLUSH;
+use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+use virtio_queue::mock::MockSplitQueue;
+use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryMmap, VolatileMemory};
+use vmm_sys_util::eventfd::EventFd;
 
 /// A server on a socket of its own, in a thread that outlives the test (it serves until the
 /// process ends).
@@ -207,4 +212,156 @@ fn a_message_that_is_not_vhost_user_or_stops_halfway_ends_only_its_connection() 
     f.set_owner().expect("SET_OWNER");
     drop(f);
     served(&sock, &dir);
+}
+
+/// Puts descriptor `d` (address, length, flags, next) at slot `at` of the table at `table`.
+fn put_desc(mem: &GuestMemoryMmap<()>, table: u64, at: u16, d: (u64, u32, u16, u16)) {
+    let raw = RawDescriptor::from(SplitDescriptor::new(d.0, d.1, d.2, d.3));
+    mem.write_obj(raw, GuestAddress(table + u64::from(at) * 16))
+        .unwrap();
+}
+
+/// A request of kind `kind` at `sector` with one data buffer (or none) at table slot `at`:
+/// its header at 0x4000 + 16 * at, its status byte at 0x5000 + at.
+fn put_request(
+    mem: &GuestMemoryMmap<()>,
+    table: u64,
+    at: u16,
+    kind: u32,
+    sector: u64,
+    data: Option<(u64, u32, bool)>,
+) {
+    let hdr = 0x4000 + u64::from(at) * 16;
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&kind.to_le_bytes());
+    h[8..16].copy_from_slice(&sector.to_le_bytes());
+    mem.write_slice(&h, GuestAddress(hdr)).unwrap();
+    let status = 0x5000 + u64::from(at);
+    mem.write_obj(0xffu8, GuestAddress(status)).unwrap();
+    put_desc(mem, table, at, (hdr, 16, 1, at + 1));
+    let mut next = at + 1;
+    if let Some((a, l, w)) = data {
+        put_desc(
+            mem,
+            table,
+            next,
+            (a, l, 1 | if w { 2 } else { 0 }, next + 1),
+        );
+        next += 1;
+    }
+    put_desc(mem, table, next, (status, 1, 2, 0));
+}
+
+#[test]
+fn a_restarted_backend_takes_again_what_the_last_one_took_and_nothing_it_answered() {
+    use vhost::vhost_user::message::VhostUserInflight;
+    let dir = scratch("vhost-inflight");
+    let sock = server(&dir);
+    let file = guest_file(&dir, "ring", 1 << 20);
+    let mem = GuestMemoryMmap::<()>::from_ranges_with_files(&[(
+        GuestAddress(0),
+        1 << 20,
+        Some(FileOffset::new(file.try_clone().unwrap(), 0)),
+    )])
+    .unwrap();
+    let q = MockSplitQueue::create(&mem, GuestAddress(0), 16);
+    let (table, avail, used) = (q.desc_table_addr().0, q.avail_addr().0, q.used_addr().0);
+    let pat: Vec<u8> = (0..512u32).map(|i| (i % 251) as u8).collect();
+    mem.write_slice(&pat, GuestAddress(0x8000)).unwrap();
+    // what the killed backend left: it took a write (head 0) and a flush (head 3) from the ring,
+    // answered the flush (the used ring's entry 0) and died with the write at the target; the
+    // guest has put a read of the written block after them (head 5)
+    put_request(&mem, table, 0, 1, 2, Some((0x8000, 512, false)));
+    put_request(&mem, table, 3, 4, 0, None);
+    put_request(&mem, table, 5, 0, 2, Some((0x9000, 512, true)));
+    for (i, head) in [0u16, 3, 5].into_iter().enumerate() {
+        mem.write_obj(head, GuestAddress(avail + 4 + i as u64 * 2))
+            .unwrap();
+    }
+    mem.write_obj(3u16, GuestAddress(avail + 2)).unwrap();
+    mem.write_obj(3u32, GuestAddress(used + 4)).unwrap();
+    mem.write_obj(1u32, GuestAddress(used + 8)).unwrap();
+    mem.write_obj(1u16, GuestAddress(used + 2)).unwrap();
+    mem.write_obj(0u8, GuestAddress(0x5003)).unwrap();
+    // the VMM, as QEMU reconnects: its inflight region (from the first backend) marks the write
+    let mut f = Frontend::connect(&sock, 1).expect("connects");
+    f.set_owner().expect("SET_OWNER");
+    let features = f.get_features().expect("GET_FEATURES");
+    f.set_features(features).expect("SET_FEATURES");
+    let proto = f.get_protocol_features().expect("GET_PROTOCOL_FEATURES");
+    assert!(proto.contains(VhostUserProtocolFeatures::INFLIGHT_SHMFD));
+    f.set_protocol_features(
+        proto & (VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::INFLIGHT_SHMFD),
+    )
+    .expect("SET_PROTOCOL_FEATURES");
+    f.set_mem_table(&[region(0, 1 << 20, &file, 0)])
+        .expect("SET_MEM_TABLE");
+    let ask = VhostUserInflight {
+        mmap_size: 0,
+        mmap_offset: 0,
+        num_queues: 1,
+        queue_size: 16,
+    };
+    let (info, region_file) = f.get_inflight_fd(&ask).expect("GET_INFLIGHT_FD");
+    let region = vm_memory::MmapRegion::<()>::from_file(
+        FileOffset::new(region_file.try_clone().unwrap(), 0),
+        info.mmap_size as usize,
+    )
+    .unwrap();
+    let s = region.as_volatile_slice();
+    // head 0: inflight, the first taken (the layout of vhost-user.rst's "Inflight I/O tracking")
+    s.write_obj(1u64, 16 + 8).unwrap();
+    s.write_obj(1u8, 16).unwrap();
+    s.write_obj(1u16, 14).unwrap();
+    f.set_inflight_fd(&info, region_file.as_raw_fd())
+        .expect("SET_INFLIGHT_FD");
+    let va = |a: u64| 0x7000_0000_0000_u64 + a;
+    f.set_vring_num(0, 16).expect("SET_VRING_NUM");
+    f.set_vring_addr(
+        0,
+        &VringConfigData {
+            queue_max_size: 16,
+            queue_size: 16,
+            flags: 0,
+            desc_table_addr: va(table),
+            used_ring_addr: va(used),
+            avail_ring_addr: va(avail),
+            log_addr: None,
+        },
+    )
+    .expect("SET_VRING_ADDR");
+    // QEMU could not ask the killed backend, so it starts the ring where the used ring is
+    f.set_vring_base(0, 1).expect("SET_VRING_BASE");
+    let (kick, call) = (EventFd::new(0).unwrap(), EventFd::new(0).unwrap());
+    f.set_vring_call(0, &call).expect("SET_VRING_CALL");
+    f.set_vring_kick(0, &kick).expect("SET_VRING_KICK");
+    f.set_vring_enable(0, true).expect("SET_VRING_ENABLE");
+    kick.write(1).unwrap();
+    let t = Instant::now();
+    while mem.read_obj::<u16>(GuestAddress(used + 2)).unwrap() < 3
+        && t.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let heads: Vec<u32> = (0..mem.read_obj::<u16>(GuestAddress(used + 2)).unwrap())
+        .map(|i| {
+            mem.read_obj(GuestAddress(used + 4 + u64::from(i) * 8))
+                .unwrap()
+        })
+        .collect();
+    // the write taken again before the read, the flush not answered twice
+    assert_eq!(heads, vec![3, 0, 5]);
+    let st: Vec<u8> = [0x5000u64, 0x5003, 0x5005]
+        .iter()
+        .map(|&a| mem.read_obj(GuestAddress(a)).unwrap())
+        .collect();
+    assert_eq!(st, vec![0, 0, 0]);
+    let mut got = vec![0u8; 512];
+    mem.read_slice(&mut got, GuestAddress(0x9000)).unwrap();
+    assert_eq!(got, pat, "the read sees the write taken again");
+    // and the region has nothing marked any more
+    let left: Vec<u8> = (0..16u64)
+        .map(|h| s.read_obj(16 + h as usize * 16).unwrap())
+        .collect();
+    assert!(left.iter().all(|&b| b == 0), "{left:?}");
 }

@@ -414,3 +414,124 @@ fn hostile_chains_are_answered_and_the_target_sees_only_guest_memory() {
     assert_eq!(ops, [0x88, 0x8a, 0x88]);
     assert_eq!(t.access_errors, 0);
 }
+
+/// The heads in the used ring, in order.
+fn used_heads(r: &Rig) -> Vec<u32> {
+    (0..r.used_idx())
+        .map(|i| {
+            let at = r.used.0 + 4 + u64::from(i % QSIZE) * 8;
+            r.mem.read_obj(GuestAddress(at)).unwrap()
+        })
+        .collect()
+}
+
+/// The heads queue 0 of `region` marks as taken and not used.
+fn marked(region: &super::inflight::Inflight) -> Vec<u16> {
+    region.queue(0).unwrap().marked()
+}
+
+#[test]
+fn a_request_the_last_backend_took_is_taken_again_once_and_before_the_ring() {
+    let mut r = rig(16);
+    let (region, _file) = super::inflight::Inflight::create(1, QSIZE, 1).unwrap();
+    let region = Arc::new(region);
+    let pat: Vec<u8> = (0..512u32).map(|i| (i % 251) as u8).collect();
+    r.mem.write_slice(&pat, GuestAddress(0x20_0000)).unwrap();
+    // the killed backend took the write (head 0, its 7th request) from the ring, and no more
+    r.request(kind::OUT, 4, &[(0x20_0000, 512)], false);
+    region.queue(0).unwrap().taken(0, 7);
+    // the guest put a read of the same block on the ring after it
+    r.request(kind::IN, 4, &[(0x28_0000, 512)], true);
+    let (again, counter) = region.queue(0).unwrap().resume(&r.vring).unwrap();
+    assert_eq!((again.clone(), counter), (vec![0], 7));
+    r.worker.track(region.clone(), again, counter);
+    r.run();
+    // both answered once, the write first: the read sees its data
+    assert_eq!(used_heads(&r), vec![0, 3]);
+    assert_eq!((r.status(0), r.status(3)), (status::OK, status::OK));
+    let mut got = vec![0u8; 512];
+    r.mem.read_slice(&mut got, GuestAddress(0x28_0000)).unwrap();
+    assert_eq!(got, pat);
+    assert!(marked(&region).is_empty(), "nothing left marked");
+    // a backend after this one has nothing to take again
+    let (again, _) = region.queue(0).unwrap().resume(&r.vring).unwrap();
+    assert!(again.is_empty());
+}
+
+#[test]
+fn a_request_used_before_the_backend_could_say_so_is_not_answered_twice() {
+    let mut r = rig(16);
+    let (region, _file) = super::inflight::Inflight::create(1, QSIZE, 1).unwrap();
+    let region = Arc::new(region);
+    // the killed backend took a flush (head 0) and put it in the used ring, and died before it
+    // cleared its mark
+    r.request(kind::FLUSH, 0, &[], false);
+    let q = region.queue(0).unwrap();
+    q.taken(0, 1);
+    q.using(0);
+    r.mem.write_obj(0u32, GuestAddress(r.used.0 + 4)).unwrap();
+    r.mem.write_obj(1u32, GuestAddress(r.used.0 + 8)).unwrap();
+    r.mem.write_obj(1u16, GuestAddress(r.used.0 + 2)).unwrap();
+    r.request(kind::FLUSH, 0, &[], false);
+    let (again, _) = q.resume(&r.vring).unwrap();
+    assert!(
+        again.is_empty(),
+        "the used flush is not taken again: {again:?}"
+    );
+    r.worker.track(region.clone(), again, 1);
+    r.run();
+    assert_eq!(used_heads(&r), vec![0, 2]);
+    assert!(marked(&region).is_empty());
+}
+
+#[test]
+fn an_inflight_region_the_vmm_sizes_wrong_is_refused() {
+    use super::inflight::{Inflight, InflightError};
+    assert!(matches!(
+        Inflight::create(3, 128, 2),
+        Err(InflightError::Geometry { .. })
+    ));
+    assert!(matches!(
+        Inflight::create(1, 0, 2),
+        Err(InflightError::Geometry { .. })
+    ));
+    let (_, file) = Inflight::create(1, 128, 1).unwrap();
+    let len = file.metadata().unwrap().len();
+    // a size past the file's end would be SIGBUS at the first access
+    assert!(matches!(
+        Inflight::open(file.try_clone().unwrap(), 0, len * 2, 2, 128, 2),
+        Err(InflightError::Short { .. })
+    ));
+    assert!(matches!(
+        Inflight::open(file.try_clone().unwrap(), 64, len, 1, 128, 1),
+        Err(InflightError::Short { .. })
+    ));
+    assert!(Inflight::open(file, 0, len, 1, 128, 1).is_ok());
+    // a region for another ring size than the ring has is refused at the ring's start
+    let r = rig(16);
+    let (other, _) = Inflight::create(1, QSIZE / 2, 1).unwrap();
+    assert!(matches!(
+        other.queue(0).unwrap().resume(&r.vring),
+        Err(InflightError::RingSize { .. })
+    ));
+}
+
+#[test]
+fn a_request_stays_marked_in_the_inflight_region_until_it_is_used() {
+    let mut r = rig(16);
+    let (region, _file) = super::inflight::Inflight::create(1, QSIZE, 1).unwrap();
+    let region = Arc::new(region);
+    r.worker.track(region.clone(), Vec::new(), 0);
+    r.worker.target().faults.hold_rsps = true;
+    r.request(kind::IN, 0, &[(0x20_0000, 512)], true);
+    r.request(kind::FLUSH, 0, &[], false);
+    r.run();
+    // both with the target: a backend killed now leaves both to the next, in their order
+    assert_eq!(r.used_idx(), 0);
+    assert_eq!(marked(&region), vec![0, 3]);
+    r.worker.target().faults.hold_rsps = false;
+    r.worker.target().release_held();
+    r.run();
+    assert_eq!(used_heads(&r), vec![0, 3]);
+    assert!(marked(&region).is_empty());
+}

@@ -5,6 +5,7 @@
 //! indirect one. A request with more segments than one command carries is copied through the
 //! queue's registered buffers instead (counted in [`Counters::copied_bytes`]).
 
+use super::inflight::Inflight;
 use super::request::{self, kind, status, ChainError, Range, Request};
 use super::translate;
 use super::Device;
@@ -16,6 +17,7 @@ use crate::rdma::{Lent, TagBufs};
 use crate::session::Relogin;
 use crate::stats::{IoCounters, IoKind};
 use crate::wire::scsi::Cdb;
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 use std::sync::Arc;
@@ -109,6 +111,16 @@ pub(super) struct Worker<C: Connect = Relogin> {
     status: Arc<ExportStatus>,
     /// The thread that last ran the worker (its tid published once per thread).
     thread: Option<std::thread::ThreadId>,
+    /// The VMM's inflight region, where the requests taken from the ring are marked until used.
+    tracking: Option<Tracking>,
+    /// Requests an earlier backend took and never used: taken again before the ring's.
+    again: VecDeque<u16>,
+}
+
+/// The inflight region and the order number of the last request taken.
+struct Tracking {
+    region: Arc<Inflight>,
+    counter: u64,
 }
 
 impl<C: Connect> Worker<C> {
@@ -139,6 +151,8 @@ impl<C: Connect> Worker<C> {
             io: IoCounters::default(),
             status,
             thread: None,
+            tracking: None,
+            again: VecDeque::new(),
         };
         w.epoll.ctl(
             ControlOperation::Add,
@@ -160,6 +174,74 @@ impl<C: Connect> Worker<C> {
         self.epoch += 1;
         self.mem = None;
         self.lent_gen = 0;
+        self.tracking = None;
+        self.again.clear();
+    }
+
+    /// Marks the requests taken from now on in `region`; `again`: those an earlier backend took
+    /// and never used (in the order it took them, `counter` the last one's number).
+    pub(super) fn track(&mut self, region: Arc<Inflight>, again: Vec<u16>, counter: u64) {
+        self.tracking = Some(Tracking { region, counter });
+        self.again = again.into();
+    }
+
+    /// Puts `head` in the used ring, the inflight region told before and after.
+    fn put_used(&self, vring: &Vring, head: u16, len: u32) {
+        let Some(t) = &self.tracking else {
+            let _ = vring.add_used(head, len);
+            return;
+        };
+        let state = t.region.queue(usize::from(self.qid));
+        if let Some(s) = &state {
+            s.using(head);
+        }
+        let _ = vring.add_used(head, len);
+        if let Some(s) = &state {
+            s.used(head, vring.get_ref().get_queue().next_used());
+        }
+    }
+
+    /// The next chain to serve: one taken again from the inflight region, or the ring's next
+    /// (then marked there); its head and descriptors, or why it is no request.
+    #[allow(clippy::type_complexity)]
+    fn next_chain(
+        &mut self,
+        vring: &Vring,
+        mem: &GuestMemoryMmap<()>,
+    ) -> Option<(u16, Result<Vec<(GuestAddress, u32, bool)>, ChainError>)> {
+        let mut state = vring.get_mut();
+        if !state.is_enabled() || !state.get_queue().ready() {
+            return None;
+        }
+        if let Some(head) = self.again.pop_front() {
+            let q = state.get_queue();
+            let table = GuestAddress(q.desc_table());
+            return Some((head, request::chain_at(mem, table, q.size(), head)));
+        }
+        let chain = state.get_queue_mut().pop_descriptor_chain(mem)?;
+        drop(state);
+        let head = chain.head_index();
+        if let Some(t) = &mut self.tracking {
+            t.counter += 1;
+            if let Some(s) = t.region.queue(usize::from(self.qid)) {
+                s.taken(head, t.counter);
+            }
+        }
+        // a chain whose last descriptor still says "next" was cut short by the iterator: it
+        // loops, is longer than the queue, or points past it
+        let mut open = false;
+        let descs: Vec<(GuestAddress, u32, bool)> = chain
+            .inspect(|d| open = d.has_next())
+            .map(|d| (d.addr(), d.len(), d.is_write_only()))
+            .collect();
+        Some((
+            head,
+            if open {
+                Err(ChainError::Unterminated)
+            } else {
+                Ok(descs)
+            },
+        ))
     }
 
     /// Whether memory table generation `gen` is news to this worker.
@@ -297,30 +379,20 @@ impl<C: Connect> Worker<C> {
         };
         let mut started = false;
         loop {
+            {
+                // a ring not started, or stopped (GET_VRING_BASE), is not read at all
+                let s = vring.get_ref();
+                if !s.is_enabled() || !s.get_queue().ready() {
+                    return started;
+                }
+            }
             let _ = vring.disable_notification();
             while !self.free.is_empty() {
-                let chain = {
-                    let mut state = vring.get_mut();
-                    if !state.is_enabled() || !state.get_queue().ready() {
-                        return started;
-                    }
-                    state.get_queue_mut().pop_descriptor_chain(&*mem)
+                let Some((head, descs)) = self.next_chain(vring, &mem) else {
+                    break;
                 };
-                let Some(chain) = chain else { break };
-                let head = chain.head_index();
-                // a chain whose last descriptor still says "next" was cut short by the
-                // iterator: it loops, is longer than the queue, or points past it
-                let mut open = false;
-                let descs: Vec<(GuestAddress, u32, bool)> = chain
-                    .inspect(|d| open = d.has_next())
-                    .map(|d| (d.addr(), d.len(), d.is_write_only()))
-                    .collect();
                 started = true;
-                let parsed = match open {
-                    true => Err(ChainError::Unterminated),
-                    false => request::parse(&*mem, head, &descs),
-                };
-                match parsed {
+                match descs.and_then(|d| request::parse(&*mem, head, &d)) {
                     Ok(r) => self.start(r, &mem, vring, used),
                     Err(e) => self.bad_chain(head, e, vring, used),
                 }
@@ -336,7 +408,7 @@ impl<C: Connect> Worker<C> {
         tracing::warn!("queue {}: {e}; the request is answered unread", self.qid);
         self.counters.errors += 1;
         self.io.record(IoKind::Other, 0, false, 0);
-        let _ = vring.add_used(head, 0);
+        self.put_used(vring, head, 0);
         *used = true;
     }
 
@@ -371,7 +443,7 @@ impl<C: Connect> Worker<C> {
         vring: &Vring,
     ) {
         let _ = mem.write_obj(st, r.status);
-        let _ = vring.add_used(r.head, data + 1);
+        self.put_used(vring, r.head, data + 1);
         self.counters.requests += 1;
         if st != status::OK {
             self.counters.errors += 1;
@@ -647,7 +719,7 @@ impl<C: Connect> Worker<C> {
             };
             let _ = f.mem.write_obj(st, f.status);
             let used_len = if errno == 0 { f.used } else { 0 };
-            let _ = vring.add_used(f.head, used_len + 1);
+            self.put_used(vring, f.head, used_len + 1);
             self.counters.requests += 1;
             if st != status::OK {
                 self.counters.errors += 1;

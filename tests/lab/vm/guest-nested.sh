@@ -1,15 +1,29 @@
-# In the lab guest (tests/lab/vm/nested.sh): LIO's LUN 0 served as vhost-user-blk and LUN 1 attached
-# as /dev/ublkbN, a VM (QEMU, TCG) booted with both as its disks; while the VM's fio verifies the
-# vhost-user-blk disk, memory is hot-plugged into the VM (QEMU sends the server a new memory table
-# with requests in flight). Then the file systems and files the VM left: LUN 0's through the
-# kernel's ib_srp, LUN 1's on /dev/ublkbN.
+# In the lab guest (tests/lab/vm/nested.sh): a VM (QEMU, TCG) with two disks, LUN 5 (a dm-linear
+# device LIO exports) served as vhost-user-blk and LUN 1 attached as /dev/ublkbN. While the VM's fio
+# verifies the vhost-user-blk disk, memory is hot-plugged into the VM (QEMU sends the server a new
+# memory table), then the dm device is suspended so that the target holds the writes the server
+# sent, and the server is killed (kill -9) with them outstanding; the device resumes, a new server
+# starts, QEMU reconnects and gives it the inflight region, and the new server takes the killed
+# one's requests again. Then the file systems and files the VM left: LUN 5's through the kernel's
+# ib_srp, LUN 1's on /dev/ublkbN.
 . /usr/lib/srp-lab/suite/lib.sh
+. /usr/lib/srp-lab/setup.sh   # lab_export_lun
 mkdir -p /mnt/nested /mnt/d
 mount -t 9p -o trans=virtio,version=9p2000.L nested /mnt/nested || fail "mounting the nested share"
 N=/mnt/nested
+modprobe loop 2>/dev/null; modprobe dm_mod 2>/dev/null
+img=/tmp/vm-lun.img
+rm -f $img; truncate -s 256M $img
+loopdev=$(losetup -f) && losetup "$loopdev" $img || fail "losetup $loopdev $img"
+lab_dm_create lab-vm "0 524288 linear $loopdev 0" || fail "dmsetup create lab-vm"
+trap 'dmsetup resume lab-vm 2>/dev/null' EXIT
+lab_export_lun 5 /dev/mapper/lab-vm || fail "exporting lab-vm as LUN 5"
+# the server's ring starts and inflight region in its log too
+export SRP_UBLK_LOG=info,libublk=warn,srp_ublk::frontend::vhost=debug
 # its own initiator_ext: a second login of srp-ublk's nexus would end the ublk device's channels
-vhost_serve "$SRP_TARGET,initiator_ext=3" --queues 2
-echo "lab guest: vhost-user-blk on /run/srp-ublk/vm0.sock over LUN 0 of $SRP_TARGET"
+SERVE="$SRP_TARGET,initiator_ext=3 --queues 2 --lun 5"
+vhost_serve $SERVE
+echo "lab guest: vhost-user-blk on /run/srp-ublk/vm0.sock over LUN 5 of $SRP_TARGET"
 DEV=$(ublk_add --queues 2 --lun 1) || fail "srp-ublk add --lun 1: $DEV"
 echo "lab guest: $DEV over LUN 1"
 # the documented memory size is a real VM's; this one has 256 MiB, and room for a 128 MiB DIMM
@@ -17,6 +31,10 @@ OPTS=$(sed "s|memory-backend-memfd,id=mem,size=[^,]*|memory-backend-memfd,id=mem
 UBLK="$(sed "s|/dev/ublkb0|$DEV|" $N/qemu-ublk-opts) -device virtio-blk-pci,drive=ublk0,serial=ublk"
 echo "lab guest: the VM's disks: $OPTS $UBLK"
 TOOLS="-drive file=$N/tools.img,format=raw,if=none,id=tools,readonly=on -device virtio-blk-pci,drive=tools,serial=tools"
+# QEMU reconnects to a restarted server (the option's name changed in QEMU 9.2)
+qv=$($N/lib/ld-linux-x86-64.so.2 --library-path $N/lib $N/qemu-system-x86_64 --version | grep -o 'version [0-9]*\.[0-9]*' | grep -o '[0-9].*')
+case $qv in [0-8].*|9.[01]) again=reconnect=1;; *) again=reconnect-ms=1000;; esac
+OPTS=$(echo "$OPTS" | sed "s|\(-chardev socket,id=vhost0,[^ ]*\)|\1,$again|")
 # the monitor on a pipe pair (QEMU's pipe: chardev), for the hot-plug
 rm -f /tmp/mon.in /tmp/mon.out; mkfifo /tmp/mon.in /tmp/mon.out
 : > /tmp/inner.log
@@ -39,6 +57,29 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
     echo "object_add memory-backend-memfd,id=hp1,size=128M,share=on" > /tmp/mon.in
     echo "device_add pc-dimm,id=dimm1,memdev=hp1" > /tmp/mon.in
     echo "info memory_size_summary" > /tmp/mon.in
+    # then, once the guest's writes flow (fio's layout goes to the page cache first), the LUN's
+    # device is suspended: the target holds what the server sends, and the server is killed with
+    # it outstanding; a new server starts on the socket, QEMU reconnects and gives it the
+    # inflight region, and what the killed one had taken is taken again
+    writes() {
+        srp-ublk stats --prometheus - 2>/dev/null |
+            awk '/^srp_ublk_write_ops_total[{]export="srp",/ { s += $2 } END { printf "%d", s }'
+    }
+    i=0; w0=$(writes)
+    while [ $i -lt 120 ]; do
+        sleep 2.5; w1=$(writes)
+        [ "$w1" -gt "$w0" ] && break
+        w0=$w1; i=$((i + 1))
+    done
+    dmsetup suspend lab-vm || fail "dmsetup suspend lab-vm"
+    sleep 3
+    echo "lab guest: the guest's writes flowed ($w0 -> $w1 done), LUN 5 suspended: killing the server"
+    kill -9 $VPID; wait $VPID 2>/dev/null
+    dmsetup resume lab-vm || fail "dmsetup resume lab-vm"
+    mv /tmp/vhost.log /tmp/vhost-killed.log
+    sleep 2
+    vhost_serve $SERVE
+    echo "lab guest: the server was killed (kill -9) under fio and started again"
 fi
 wait $QPID
 rc=$?
@@ -52,20 +93,27 @@ echo "the inner VM (TCG under TCG) on vhost-user-blk and $DEV booted, made ext4 
 # the hot-plug reached the server as a memory table with the DIMM, taken while fio ran
 tr -d '\r' < /tmp/mon.log | grep -a "memory: " | sed 's/^/monitor: /'
 grep -a -q "plugged memory: 134217728" /tmp/mon.log || fail "the DIMM was not plugged: $(cat /tmp/mon.log)"
-grep "the VMM's memory table:" /tmp/vhost.log | sed 's/^/vhost: /'
-tables=$(grep -c "the VMM's memory table:" /tmp/vhost.log)
+grep -E "memory table|inflight|ring starts" /tmp/vhost-killed.log | sed 's/^/vhost (killed): /'
+tables=$(grep -c "the VMM's memory table:" /tmp/vhost-killed.log)
 [ "$tables" -gt "$tables0" ] || fail "no new memory table reached the server after the hot-plug"
-mib() { grep -o "the VMM's memory table: .*" /tmp/vhost.log | sed -n "$1" | grep -o '[0-9]* MiB' | grep -o '[0-9]*'; }
+mib() { grep -o "the VMM's memory table: .*" /tmp/vhost-killed.log | sed -n "$1" | grep -o '[0-9]* MiB' | grep -o '[0-9]*'; }
 first=$(mib 1p); last=$(mib '$p')
 expect_eq "the last memory table's MiB beyond the first's (the DIMM)" "$(( ${last:-0} - ${first:-0} ))" 128
 ok "memory hot-plugged while fio ran: the server took the new table ($first -> $last MiB)"
+# the new server got QEMU's inflight region back and took again what the killed one had taken
+grep -E "inflight|taken again|memory table|ring starts" /tmp/vhost.log | sed 's/^/vhost (new): /'
+grep -q "the VMM's inflight region: 2 queue(s)" /tmp/vhost.log ||
+    fail "QEMU did not give the new server its inflight region"
+grep -q "request(s) the last backend took and did not answer are taken again" /tmp/vhost.log ||
+    fail "the new server took nothing again: nothing was in flight when the server was killed?"
+ok "the server killed under fio: QEMU reconnected, $(grep -o '[0-9]* request(s) the last backend took' /tmp/vhost.log | awk '{ n += $1 } END { print n }') request(s) taken again"
 # `srp-ublk list` and the Prometheus file show the export and what went without a copy
 sleep 2.5
 srp-ublk list | tee /tmp/list.txt
 grep -q "^export srp  vhost-user-blk /run/srp-ublk/vm0.sock" /tmp/list.txt ||
     fail "the vhost-user-blk export is not in srp-ublk list"
 zc=$(srp-ublk stats --prometheus - |
-    awk '/^srp_ublk_zero_copy_bytes_total[{]export="srp",lun="0",queue="0"[}]/ { printf "%d", $2 }')
+    awk '/^srp_ublk_zero_copy_bytes_total[{]export="srp",lun="5",queue="0"[}]/ { printf "%d", $2 }')
 # the served disk's log says how the data went: the target moved it to and from guest memory
 kill $VPID; wait $VPID 2>/dev/null
 sed 's/^/vhost: /' /tmp/vhost.log | grep -v "^vhost: *$" | tail -20
@@ -96,8 +144,10 @@ check() {
 }
 check ublk "$DEV"
 srp-ublk del --all
-# the bytes the target holds for LUN 0, read through the kernel's initiator
-SD=$(lab-ref-attach) || fail "lab-ref-attach after the VM"
-echo "lab guest: checking LUN 0 through ib_srp's $SD"
+# the bytes the target holds for LUN 5, read through the kernel's initiator
+SD=$(REF_LUN=5 lab-ref-attach) || fail "lab-ref-attach after the VM"
+echo "lab guest: checking LUN 5 through ib_srp's $SD"
 check vhost "$SD"
 lab-ref-detach >/dev/null 2>&1 || true
+lab_unexport_lun 5
+dmsetup remove lab-vm; losetup -d "$loopdev"; rm -f $img
