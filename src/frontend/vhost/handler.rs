@@ -87,16 +87,18 @@ where
         for q in 0..queues {
             let vring =
                 Vring::new(mem.clone(), backend.max_queue_size()).map_err(std::io::Error::other)?;
-            backend.drain(q, &vring);
-            let epoll = Arc::new(Epoll::new()?);
-            let exit = EventFd::new(EFD_NONBLOCK)?;
-            let ev = |id| EpollEvent::new(EventSet::IN, id);
-            epoll.ctl(ControlOperation::Add, exit.as_raw_fd(), ev(ID_EXIT))?;
+            // the last connection's requests are answered to no ring (a reconnecting VMM's
+            // inflight region has them), but finished before this one's rings start
             let wfd = {
                 let mut w = backend.worker(q);
                 w.new_connection();
                 w.fd()
             };
+            backend.drain(q, &vring);
+            let epoll = Arc::new(Epoll::new()?);
+            let exit = EventFd::new(EFD_NONBLOCK)?;
+            let ev = |id| EpollEvent::new(EventSet::IN, id);
+            epoll.ctl(ControlOperation::Add, exit.as_raw_fd(), ev(ID_EXIT))?;
             epoll.ctl(ControlOperation::Add, wfd, ev(ID_WORKER))?;
             let (b, v, e) = (backend.clone(), vring.clone(), epoll.clone());
             let join = std::thread::Builder::new()
