@@ -491,18 +491,24 @@ fn re_exec() {
     }
 }
 
+/// The file this image was started from, as it is now: the installed binary once a package
+/// replaced the file (`/proc/self/exe` then names the old one, " (deleted)").
+pub(super) fn installed_binary() -> anyhow::Result<std::path::PathBuf> {
+    let p = std::fs::read_link("/proc/self/exe").context("/proc/self/exe")?;
+    let s = p.to_string_lossy();
+    let exe = std::path::PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s));
+    if !exe.is_file() {
+        bail!("no binary at {} to run", exe.display());
+    }
+    Ok(exe)
+}
+
 /// [`re_exec`]'s exec of the installed binary over the devices this daemon serves and the LUNs
 /// `joining`; returns only with why it could not.
 fn exec_image(joining: &[u64]) -> anyhow::Result<()> {
     let devs = super::handover::own_devices()?;
     let names = super::handover::names(&devs);
-    // /proc/self/exe names the file this image came from, " (deleted)" once a package replaced it
-    let p = std::fs::read_link("/proc/self/exe").context("/proc/self/exe")?;
-    let s = p.to_string_lossy();
-    let exe = std::path::PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s));
-    if !exe.is_file() {
-        bail!("no binary at {} to run for {names}", exe.display());
-    }
+    let exe = installed_binary().with_context(|| format!("upgrading {names}"))?;
     tracing::warn!(
         "upgrade: {names} go over to the binary at {} (same pid {})",
         exe.display(),

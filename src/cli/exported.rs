@@ -1,15 +1,25 @@
 //! An export's state file (`/run/srp-ublk/exports/PID.json`, see [`ExportState`]): written once
 //! the server listens, refreshed every 2 s with its connections and its queues' counters, removed
-//! when SIGTERM or SIGINT stops the server.
+//! when SIGTERM or SIGINT stops the server. And SIGHUP: a capacity check where the export has them
+//! (vhost-user-blk; `srp-ublk resize --export`); SIGUSR2: the installed binary re-executed in this
+//! process where the export's clients come back to it (vhost-user-blk; `srp-ublk upgrade`).
 
 use anyhow::Context;
-use nix::sys::signal::{SigSet, SIGINT, SIGTERM};
+use nix::sys::signal::{SigSet, SIGHUP, SIGINT, SIGTERM, SIGUSR2};
+use srp_ublk::frontend::capacity::CapacityStatus;
 use srp_ublk::frontend::status::ExportStatus;
 use srp_ublk::session::exports::ExportState;
 use srp_ublk::session::state::{own_unit, ProcStat, QueueState};
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
+
+/// The export's capacity checks, which SIGHUP asks for (vhost-user-blk's; none for NBD, whose
+/// clients read the size when they connect).
+static CAPACITY: OnceLock<Arc<CapacityStatus>> = OnceLock::new();
+
+/// Whether SIGUSR2 re-executes the server ([`upgrade_on_usr2`]).
+static UPGRADES: AtomicBool = AtomicBool::new(false);
 
 /// Whether a stop signal is removing the state file: the refresh then writes no more (held while
 /// the file is written or removed, so that a write cannot put it back after the removal).
@@ -20,19 +30,31 @@ fn stopping() -> std::sync::MutexGuard<'static, bool> {
 }
 
 /// Makes SIGTERM and SIGINT remove the export's state file before they end the process as they
-/// would have: blocks them in this thread and every thread it starts afterwards (call it before
-/// the server starts any) and waits for them on a thread of its own, from now on (a stop during
-/// the login is not held up by it).
+/// would have, SIGHUP ask for a capacity check ([`check_capacity_on_hup`]) and SIGUSR2 re-execute
+/// the server ([`upgrade_on_usr2`]): blocks them in this thread and every thread it starts
+/// afterwards (call it before the server starts any) and waits for them on a thread of its own,
+/// from now on (a stop during the login is not held up by it).
 pub fn stop_removes_state() -> anyhow::Result<()> {
     let mut stop = SigSet::empty();
     stop.add(SIGTERM);
     stop.add(SIGINT);
-    stop.thread_block().context("blocking SIGTERM and SIGINT")?;
+    stop.add(SIGHUP);
+    stop.add(SIGUSR2);
+    stop.thread_block()
+        .context("blocking SIGTERM, SIGINT, SIGHUP and SIGUSR2")?;
     let pid = std::process::id();
     let spawned = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             while let Ok(sig) = stop.wait() {
+                if sig == SIGHUP {
+                    hup();
+                    continue;
+                }
+                if sig == SIGUSR2 {
+                    usr2();
+                    continue;
+                }
                 tracing::info!("{sig}: stopping");
                 let mut gone = stopping();
                 *gone = true;
@@ -56,6 +78,61 @@ pub fn stop_removes_state() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SIGHUP: a capacity check, where the export has them.
+fn hup() {
+    match CAPACITY.get() {
+        Some(c) => {
+            tracing::info!("SIGHUP: checking the LUN's capacity");
+            c.check.store(true, Relaxed);
+        }
+        None => tracing::warn!(
+            "SIGHUP: an NBD export has no capacity checks (a client reads the size when it \
+             connects): restart the export for a LUN's new size"
+        ),
+    }
+}
+
+/// SIGUSR2 (`srp-ublk upgrade`): the installed binary, with this server's arguments, in place of
+/// this image (same pid; every descriptor but the standard ones closed with the old image). A
+/// vhost-user-blk VMM reconnects to the new image and gives it the inflight region: the requests
+/// the old image took and did not answer are taken again. Returns only if that failed.
+fn usr2() {
+    if !UPGRADES.load(Relaxed) {
+        return tracing::warn!(
+            "SIGUSR2: an NBD export is not re-executed (its kernel clients cannot reconnect): \
+             restart it (`systemctl restart`) when its clients can"
+        );
+    }
+    let exe = match super::add::installed_binary() {
+        Ok(e) => e,
+        Err(e) => return tracing::error!("upgrade refused: {e:#}; this image goes on serving"),
+    };
+    tracing::warn!(
+        "upgrade: the export goes over to the binary at {} (same pid {}); its VMM reconnects",
+        exe.display(),
+        std::process::id()
+    );
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    tracing::error!(
+        "upgrade refused: exec {}: {err}; this image goes on serving",
+        exe.display()
+    );
+}
+
+/// Has SIGUSR2 re-execute the server: for an export whose clients reconnect and lose nothing
+/// (vhost-user-blk with QEMU's inflight region).
+pub fn upgrade_on_usr2() {
+    UPGRADES.store(true, Relaxed);
+}
+
+/// Has SIGHUP ask `capacity` for a check, and the state file show its size and counters.
+pub fn check_capacity_on_hup(capacity: Arc<CapacityStatus>) {
+    let _ = CAPACITY.set(capacity);
+}
+
 /// What every export's state file starts with: the server, its version and unit, where it
 /// listens, and a queue entry per slot of `status`.
 pub fn base(name: &str, kind: &str, listen: String, status: &ExportStatus) -> ExportState {
@@ -67,6 +144,7 @@ pub fn base(name: &str, kind: &str, listen: String, status: &ExportStatus) -> Ex
         pid_start: ProcStat::own().map(|p| p.start),
         version: super::VERSION.to_string(),
         unit: own_unit(),
+        image_started: now_ms(),
         queues: (0..status.queues.len())
             .map(|q| QueueState {
                 qid: q as u16,
@@ -123,7 +201,16 @@ fn refresh(state: &mut ExportState, status: &ExportStatus) {
         }
     }
     state.memory = Some(srp_ublk::rdma::mem::counts());
-    state.updated_ms = SystemTime::now()
+    if let Some(c) = CAPACITY.get() {
+        state.size = c.bytes.load(Relaxed);
+        state.capacity_checks = c.checks.load(Relaxed);
+        state.capacity_check_failures = c.failures.load(Relaxed);
+    }
+    state.updated_ms = now_ms();
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+        .map_or(0, |d| d.as_millis() as u64)
 }

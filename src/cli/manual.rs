@@ -159,10 +159,13 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "srp-ublk-resize",
-        &[(
-            "After the LUN grew on the target:",
-            "srp-ublk resize -n 0",
-        )],
+        &[
+            ("After the LUN grew on the target:", "srp-ublk resize -n 0"),
+            (
+                "The same for a vhost-user-blk export; its VM's guest sees the disk grow:",
+                "srp-ublk resize --export vm0",
+            ),
+        ],
     ),
     (
         "srp-ublk-stats",

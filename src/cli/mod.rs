@@ -244,7 +244,7 @@ pub enum Command {
     List(list::ListArgs),
     /// After a daemon crash: log in again and resume the device (ublk user recovery).
     Recover(recover::RecoverArgs),
-    /// Re-read a device's LUN capacity now and resize the device to it (after growing the LUN).
+    /// Re-read the LUN capacity of a device (or a vhost-user-blk export) now and resize it to it.
     Resize(resize::ResizeArgs),
     /// What each device, export and queue is doing: IOPS, MB/s, latency percentiles, errors,
     /// reconnects; or every counter in the Prometheus text format (--prometheus FILE).

@@ -1,19 +1,25 @@
-//! `srp-ublk resize`: have a device's daemon re-read its LUN's capacity now and resize the device to
-//! it -- what `echo 1 > /sys/class/scsi_device/H:C:T:L/device/rescan` does for an ib_srp disk, for
-//! a LUN grown on the target when the target sends no CAPACITY DATA HAS CHANGED (the daemon checks
-//! by itself when it does).
+//! `srp-ublk resize`: have a device's daemon (or a vhost-user-blk export's server) re-read its
+//! LUN's capacity now and resize the device to it -- what `echo 1 >
+//! /sys/class/scsi_device/H:C:T:L/device/rescan` does for an ib_srp disk, for a LUN grown on the
+//! target when the target sends no CAPACITY DATA HAS CHANGED (the daemon checks by itself when it
+//! does). An export's VMM is told, and its guest sees the new size.
 
 use anyhow::{bail, Context};
 use clap::Args;
+use srp_ublk::session::exports::ExportState;
 use srp_ublk::session::state::DeviceState;
 use std::time::{Duration, Instant};
 
 /// `srp-ublk resize ...`
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("what").required(true).args(["id", "export"]))]
 pub struct ResizeArgs {
     /// The device: N, /dev/ublkbN or a path that leads to it (/dev/disk/by-id/...).
     #[arg(short = 'n', long = "number", value_name = "DEVICE", value_parser = super::device::parse)]
-    pub id: u32,
+    pub id: Option<u32>,
+    /// A vhost-user-blk export instead (`srp-ublk serve`'s --name, as `srp-ublk list` shows it).
+    #[arg(long, value_name = "NAME")]
+    pub export: Option<String>,
     /// Seconds to wait for the daemon's answer.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
@@ -24,7 +30,9 @@ pub struct ResizeArgs {
 
 /// Runs `resize`.
 pub fn run(a: ResizeArgs) -> anyhow::Result<()> {
-    let id = a.id;
+    let Some(id) = a.id else {
+        return export(&a, a.export.as_deref().unwrap_or_default());
+    };
     let path = DeviceState::path(id);
     let before = super::device::state(id)?;
     if before.rdma_device.is_empty() {
@@ -82,6 +90,71 @@ pub fn run(a: ResizeArgs) -> anyhow::Result<()> {
     } else {
         println!(
             "/dev/ublkb{id}: resized from {} to {} bytes",
+            before.size, after.size
+        );
+    }
+    Ok(())
+}
+
+/// `resize --export NAME`: SIGHUP to the export's server, then its state file's capacity counters.
+fn export(a: &ResizeArgs, name: &str) -> anyhow::Result<()> {
+    let find = || -> anyhow::Result<ExportState> {
+        let mut found: Vec<ExportState> = ExportState::all()
+            .into_iter()
+            .filter(|e| e.name == name && e.alive())
+            .collect();
+        match found.len() {
+            1 => Ok(found.remove(0)),
+            0 => Err(super::status::not_found(format!(
+                "no running srp-ublk export named '{name}' (see `srp-ublk list`)"
+            ))
+            .into()),
+            n => bail!("{n} servers run an export named '{name}': stop all but one"),
+        }
+    };
+    let before = find()?;
+    if before.kind != "vhost-user-blk" {
+        bail!(
+            "export '{name}' is {}: an NBD client reads the size when it connects; restart the \
+             export (`systemctl restart`) for the LUN's new size",
+            before.kind
+        );
+    }
+    let pid = nix::unistd::Pid::from_raw(before.pid as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGHUP)
+        .with_context(|| format!("signalling the server of export '{name}' (pid {pid})"))?;
+    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    let after = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        if let Ok(e) = find() {
+            if e.capacity_checks > before.capacity_checks
+                || e.capacity_check_failures > before.capacity_check_failures
+            {
+                break e;
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the server of export '{name}' (pid {pid}) reported no capacity check within {} \
+                 s; see its log (`journalctl -u {}`)",
+                a.timeout,
+                before.unit.as_deref().unwrap_or("its unit")
+            );
+        }
+    };
+    if after.capacity_check_failures > before.capacity_check_failures {
+        bail!("the capacity check of export '{name}' failed; the server's log says why");
+    }
+    if a.json {
+        let j = serde_json::json!({
+            "export": name, "size_before": before.size, "size": after.size,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else if after.size == before.size {
+        println!("export '{name}': capacity unchanged, {} bytes", after.size);
+    } else {
+        println!(
+            "export '{name}': resized from {} to {} bytes; its VMM is told",
             before.size, after.size
         );
     }

@@ -9,7 +9,7 @@ use srp_ublk::path::Path;
 use srp_ublk::rdma::TagBufs;
 use srp_ublk::session::exports::ExportState;
 use srp_ublk::session::rport::Rport;
-use srp_ublk::session::{Session, MAX_IO_BYTES};
+use srp_ublk::session::{Session, MAX_IO_BYTES, RELOGIN_STEP};
 use srp_ublk::wire::target::TargetSpec;
 use std::io::Write;
 use std::sync::Arc;
@@ -66,7 +66,7 @@ pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
     let mut serial = s.lun.serial.clone().unwrap_or_default().into_bytes();
     serial.truncate(ID_BYTES);
     let dev = Device {
-        size: s.lun.size(),
+        size: s.lun.size().into(),
         block_size: bs,
         physical_exp: s.lun.capacity.lbppbe,
         opt_io: s
@@ -89,13 +89,22 @@ pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
         s.lun.lun,
         s.lun.inquiry.vendor,
         s.lun.inquiry.product,
-        dev.size,
+        s.lun.size(),
         paths.len(),
         dev.seg_max,
         dev.size_max
     );
     super::daemon::protect_from_reclaim();
+    let relogin = s.relogin.for_lun(s.lun.lun);
     let backend = Arc::new(Backend::new(dev, paths)?);
+    let _checks = backend
+        .watch_capacity(
+            format!("vhost-user-blk {}", socket.display()),
+            Box::new(move || relogin.read_capacity(RELOGIN_STEP)),
+        )
+        .context("starting the capacity checks")?;
+    super::exported::check_capacity_on_hup(backend.capacity());
+    super::exported::upgrade_on_usr2();
     let status = backend.status();
     let listen = socket.display().to_string();
     let state = ExportState {

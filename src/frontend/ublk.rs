@@ -14,7 +14,7 @@ use crate::session::timers::Timers;
 use crate::session::{Relogin, Session, SrpChannel};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::{sys, UblkFlags};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -29,22 +29,7 @@ mod zeroing;
 use demo::serve_demo;
 use srp::{serve_srp, SrpParts};
 
-/// The device's size, kept by its capacity checks (the `capacity` thread): a check runs when a
-/// queue meets CAPACITY DATA HAS CHANGED and when asked (`check`: SIGHUP, `srp-ublk resize`).
-#[derive(Debug, Default)]
-pub struct CapacityStatus {
-    /// Ask for a check now.
-    pub check: AtomicBool,
-    /// Checks done (`srp-ublk resize` waits for it or `failures` to move).
-    pub checks: AtomicU64,
-    /// Checks that could not read the capacity or apply it (the log says why).
-    pub failures: AtomicU64,
-    /// The device's size in bytes.
-    pub bytes: AtomicU64,
-    /// A size the LUN has that the device could not take (no UPDATE_SIZE in this kernel's ublk);
-    /// 0: none.
-    pub pending: AtomicU64,
-}
+pub use super::capacity::CapacityStatus;
 
 /// How a queue thread waits for completions.
 #[derive(

@@ -8,6 +8,7 @@
 //! the guest's own pages; the requests each queue has taken are marked in the VMM's inflight
 //! region (`inflight`), so a backend started after this one takes again what this one left.
 
+mod backend_req;
 mod handler;
 mod inflight;
 mod request;
@@ -19,13 +20,16 @@ mod translate;
 mod worker;
 
 #[cfg(feature = "test-utils")]
-pub use translate::fuzz_chain;
+pub use translate::{fuzz_chain, fuzz_chain_at};
 pub use worker::Counters;
 
 use crate::channel::block::Geometry;
+use crate::frontend::capacity::{CapacityStatus, ReadCapacity, Watch};
 use crate::frontend::status::ExportStatus;
 use crate::path::{Connect, Path};
 use crate::session::Relogin;
+use crate::wire::scsi::data::Capacity;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,11 +41,18 @@ use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRE
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use worker::{Vring, Worker};
 
-/// What the disk is: fixed while it is served, shared by the queues.
-#[derive(Clone, Debug)]
+/// The longest a drain waits for its worker between passes (the worker's fd wakes it sooner).
+const DRAIN_WAIT_MS: i32 = 10;
+
+/// The most entries a virtqueue may have (what QEMU's `queue-size` allows).
+const MAX_QUEUE_SIZE: u16 = 1024;
+
+/// What the disk is, shared by the queues: fixed while it is served but for its size, which
+/// follows the LUN's ([`Backend::watch_capacity`]).
+#[derive(Debug)]
 pub struct Device {
     /// Bytes.
-    pub size: u64,
+    pub size: AtomicU64,
     /// The LUN's logical block size.
     pub block_size: u32,
     /// log2 of physical blocks per logical block (READ CAPACITY(16)'s LBPPBE).
@@ -85,6 +96,9 @@ pub struct Backend<C: Connect = Relogin> {
     mem: GuestMem,
     event_idx: AtomicBool,
     status: Arc<ExportStatus>,
+    /// The connected VMM's backend channel, when it gave one ([`backend_req`]).
+    channel: Arc<Mutex<Option<UnixStream>>>,
+    capacity: Arc<CapacityStatus>,
 }
 
 /// A memory table region the backend refuses.
@@ -159,6 +173,8 @@ impl<C: Connect> Backend<C> {
     /// A backend over `paths`, one per queue.
     pub fn new(dev: Device, paths: Vec<Path<C>>) -> Result<Backend<C>, VhostError> {
         let dev = Arc::new(dev);
+        let capacity = Arc::new(CapacityStatus::default());
+        capacity.bytes.store(dev.size.load(Relaxed), Relaxed);
         let status = Arc::new(ExportStatus::new(paths.len()));
         let mut workers = Vec::new();
         for (queue, p) in paths.into_iter().enumerate() {
@@ -173,12 +189,93 @@ impl<C: Connect> Backend<C> {
             mem: GuestMem::default(),
             event_idx: AtomicBool::new(false),
             status,
+            channel: Arc::default(),
+            capacity,
         })
     }
 
     /// The VMM connections and each queue's counters, for `srp-ublk list` and `stats`.
     pub fn status(&self) -> Arc<ExportStatus> {
         self.status.clone()
+    }
+
+    /// The disk's size and its capacity checks (SIGHUP asks for one).
+    pub fn capacity(&self) -> Arc<CapacityStatus> {
+        self.capacity.clone()
+    }
+
+    /// Starts the disk's capacity checks ([`crate::frontend::capacity`]): `read` re-reads the
+    /// LUN's capacity when a queue meets CAPACITY DATA HAS CHANGED or a check is asked for; a new
+    /// one becomes the disk's size, and the connected VMM is told its configuration changed (it
+    /// reads it again and interrupts the guest, which then sees the new size). The flag returned
+    /// stops the checks.
+    pub fn watch_capacity(
+        &self,
+        name: String,
+        read: ReadCapacity,
+    ) -> std::io::Result<Arc<AtomicBool>> {
+        let status = self.status.clone();
+        let log_name = name.clone();
+        let (dev, capacity, channel) = (
+            self.dev.clone(),
+            self.capacity.clone(),
+            self.channel.clone(),
+        );
+        let apply = move |old: u64, cap: &Capacity, why: &str| {
+            let new = cap.bytes().unwrap_or(0);
+            // shrinking, the queues refuse what lies past the new end from now on
+            dev.size.store(new, Relaxed);
+            capacity.bytes.store(new, Relaxed);
+            let told = channel
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(backend_req::send_config_change);
+            match told {
+                Some(Ok(())) => tracing::warn!(
+                    "{name}: resized from {old} to {new} bytes ({why}); the VMM is told, and the \
+                     guest sees the new size"
+                ),
+                Some(Err(e)) => tracing::warn!(
+                    "{name}: resized from {old} to {new} bytes ({why}), but the VMM's backend \
+                     channel failed ({e}): the guest sees the new size once its VMM reconnects"
+                ),
+                None => tracing::warn!(
+                    "{name}: resized from {old} to {new} bytes ({why}); no VMM that takes \
+                     configuration changes (VHOST_USER_PROTOCOL_F_BACKEND_REQ) is connected: a \
+                     guest sees the new size when its VMM next connects"
+                ),
+            }
+            Ok(())
+        };
+        Watch {
+            name: log_name,
+            block_len: self.dev.block_size,
+            capacity: self.capacity.clone(),
+            unit_attentions: Box::new(move || {
+                status
+                    .queues
+                    .iter()
+                    .map(|q| q.capacity_changed.load(Relaxed))
+                    .sum()
+            }),
+            read,
+            apply: Box::new(apply),
+        }
+        .spawn()
+    }
+
+    /// Looks at the connection's next message before the request handler takes it, keeping the
+    /// backend channel a SET_BACKEND_REQ_FD gives ([`backend_req`]).
+    fn look_at_next_message(&self, sock: &UnixStream) {
+        match backend_req::peek_backend_channel(sock) {
+            Ok(Some(ch)) => {
+                *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = Some(ch);
+            }
+            Ok(None) => {}
+            // the handler meets the same error on its read and ends the connection
+            Err(e) => tracing::debug!("looking at the VMM's next message: {e}"),
+        }
     }
 
     fn worker(&self, q: usize) -> std::sync::MutexGuard<'_, Worker<C>> {
@@ -189,7 +286,7 @@ impl<C: Connect> Backend<C> {
     fn config(&self) -> Vec<u8> {
         let d = &self.dev;
         let mut c = vec![0u8; std::mem::size_of::<virtio_blk_config>()];
-        c[0..8].copy_from_slice(&(d.size / 512).to_le_bytes());
+        c[0..8].copy_from_slice(&(d.size.load(Relaxed) / 512).to_le_bytes());
         c[8..12].copy_from_slice(&d.size_max.to_le_bytes());
         c[12..16].copy_from_slice(&d.seg_max.to_le_bytes());
         c[20..24].copy_from_slice(&d.block_size.to_le_bytes());
@@ -214,7 +311,7 @@ impl<C: Connect> Backend<C> {
 
 impl<C: Connect> Backend<C> {
     fn max_queue_size(&self) -> u16 {
-        1024
+        MAX_QUEUE_SIZE
     }
 
     fn features(&self) -> u64 {
@@ -247,6 +344,7 @@ impl<C: Connect> Backend<C> {
         VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::INFLIGHT_SHMFD
+            | VhostUserProtocolFeatures::BACKEND_REQ
     }
 
     fn set_event_idx(&self, enabled: bool) {
@@ -298,7 +396,8 @@ impl<C: Connect> Backend<C> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while out.load(Relaxed) > 0 && Instant::now() < deadline {
             self.pass(q, vring);
-            std::thread::sleep(Duration::from_millis(1));
+            // each pass ends with the completion channel armed and the next deadline on the timer
+            self.worker(q).wait(DRAIN_WAIT_MS);
         }
     }
 
@@ -339,14 +438,16 @@ where
             Ok(None) => continue,
             Err(e) => return Err(err(format!("accepting a VMM: {e}"))),
         };
-        // no memory table until the VMM sends its own
+        // no memory table until the VMM sends its own, no backend channel until it gives one
         *backend.mem.mem.lock().unwrap_or_else(|e| e.into_inner()) = None;
         backend.mem.gen.fetch_add(1, Relaxed);
+        let peek = stream.try_clone().map_err(VhostError::Connection)?;
         let conn = handler::Conn::new(backend.clone()).map_err(VhostError::Connection)?;
         let mut requests = BackendReqHandler::from_stream(stream, Arc::new(Mutex::new(conn)));
         let ended = {
             let _counted = backend.status.connected();
             loop {
+                backend.look_at_next_message(&peek);
                 if let Err(e) = requests.handle_request() {
                     break e;
                 }
@@ -354,6 +455,7 @@ where
         };
         // the connection's threads end with it
         drop(requests);
+        *backend.channel.lock().unwrap_or_else(|e| e.into_inner()) = None;
         match ended {
             VhostUserError::Disconnected | VhostUserError::PartialMessage => {
                 tracing::info!("the VMM disconnected from {}", path.display())

@@ -57,6 +57,17 @@ pub struct ExportState {
     pub queues: Vec<QueueState>,
     /// What the server registered with its RDMA devices.
     pub memory: Option<crate::rdma::mem::MemCounts>,
+    /// When this image of the server started (ms since the epoch): `srp-ublk upgrade` waits for
+    /// a later one.
+    #[serde(default)]
+    pub image_started: u64,
+    /// Capacity checks done (vhost-user-blk; `srp-ublk resize --export` waits for this or the
+    /// failures to move).
+    #[serde(default)]
+    pub capacity_checks: u64,
+    /// Capacity checks that failed (the server's log says why).
+    #[serde(default)]
+    pub capacity_check_failures: u64,
 }
 
 impl ExportState {
@@ -73,6 +84,11 @@ impl ExportState {
     /// Writes the state file atomically (see [`write_json`]).
     pub fn write(&self) -> std::io::Result<()> {
         write_json(&Self::path(self.pid), self)
+    }
+
+    /// Reads a state file.
+    pub fn read(path: &Path) -> std::io::Result<ExportState> {
+        super::state::read_json(path)
     }
 
     /// Every export with a state file, by name.

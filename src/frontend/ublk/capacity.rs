@@ -1,18 +1,15 @@
-//! The device's capacity checks, off the I/O path.
+//! The device's capacity checks ([`crate::frontend::capacity`]), taken by ublk's UPDATE_SIZE.
 
 use super::{driver_has, CapacityStatus, QueueStatus};
+use crate::frontend::capacity::Watch;
 use crate::session::{Relogin, RELOGIN_STEP};
+use crate::wire::scsi::data::Capacity;
 use libublk::ctrl::UblkCtrl;
 use libublk::sys;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
 
-/// How often the capacity watch looks at the queues' unit attention counts and for a request.
-const CAPACITY_POLL: Duration = Duration::from_millis(500);
-
-/// The daemon's capacity checks: off the I/O path, on a thread of their own, each on a channel of
-/// its own ([`Relogin::read_capacity`]).
+/// The daemon's capacity checks for one device.
 pub(super) struct CapacityWatch {
     pub(super) dev_id: u32,
     pub(super) relogin: Relogin,
@@ -24,78 +21,36 @@ pub(super) struct CapacityWatch {
 }
 
 impl CapacityWatch {
-    fn unit_attentions(&self) -> u64 {
-        self.queues
-            .iter()
-            .map(|q| q.capacity_changed.load(Relaxed))
-            .sum()
-    }
-
     /// Starts the watch on a thread of its own; the flag it returns stops it.
     pub(super) fn spawn(self) -> Result<Arc<AtomicBool>, super::UblkFrontError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        std::thread::Builder::new()
-            .name("capacity".into())
-            .spawn(move || self.run(&stop2))
+        let queues = self.queues.clone();
+        let relogin = self.relogin.clone();
+        let watch = Watch {
+            name: format!("/dev/ublkb{}", self.dev_id),
+            block_len: 1 << self.block_shift,
+            capacity: self.capacity.clone(),
+            unit_attentions: Box::new(move || {
+                queues
+                    .iter()
+                    .map(|q| q.capacity_changed.load(Relaxed))
+                    .sum()
+            }),
+            read: Box::new(move || relogin.read_capacity(RELOGIN_STEP)),
+            apply: Box::new(move |old, cap, why| self.resize(old, cap, why)),
+        };
+        watch
+            .spawn()
             .map_err(|source| super::UblkFrontError::Setup {
                 what: "starting the capacity watch",
                 source,
-            })?;
-        Ok(stop)
+            })
     }
 
-    fn run(&self, stop: &AtomicBool) {
-        let mut seen = self.unit_attentions();
-        while !stop.load(Relaxed) {
-            std::thread::sleep(CAPACITY_POLL);
-            let n = self.unit_attentions();
-            let asked = self.capacity.check.swap(false, Relaxed);
-            if n == seen && !asked {
-                continue;
-            }
-            seen = n;
-            let why = if asked {
-                "asked for"
-            } else {
-                "the target reported CAPACITY DATA HAS CHANGED"
-            };
-            let counter = match self.check(why) {
-                Ok(()) => &self.capacity.checks,
-                Err(()) => &self.capacity.failures,
-            };
-            counter.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Re-reads the LUN's capacity and resizes the device to it where the kernel's ublk can
-    /// (UPDATE_SIZE, Linux 6.16); elsewhere says so and records the size as pending. Err: the
-    /// capacity could not be read or applied (logged).
-    fn check(&self, why: &str) -> Result<(), ()> {
+    /// Resizes the device to the LUN's new capacity where the kernel's ublk can (UPDATE_SIZE,
+    /// Linux 6.16); elsewhere says so and records the size as pending.
+    fn resize(&self, old: u64, cap: &Capacity, why: &str) -> Result<(), ()> {
         let dev = format!("/dev/ublkb{}", self.dev_id);
-        let cap = match self.relogin.read_capacity(RELOGIN_STEP) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!("{dev}: capacity check ({why}) failed: {}", crate::Chain(&e));
-                return Err(());
-            }
-        };
-        let old = self.capacity.bytes.load(Relaxed);
         let new = cap.bytes().unwrap_or(0);
-        if cap.block_len != 1 << self.block_shift {
-            tracing::error!(
-                "{dev}: the LUN's logical block size is now {} bytes (was {}): a device cannot \
-                 change it; `srp-ublk del` and `add` it again",
-                cap.block_len,
-                1u32 << self.block_shift
-            );
-            return Err(());
-        }
-        if new == old {
-            tracing::info!("{dev}: capacity check ({why}): unchanged, {new} bytes");
-            self.capacity.pending.store(0, Relaxed);
-            return Ok(());
-        }
         if !driver_has(sys::UBLK_F_UPDATE_SIZE) {
             tracing::warn!(
                 "{dev}: the LUN's capacity changed from {old} to {new} bytes ({why}), but this \

@@ -187,8 +187,9 @@ where
             }
         } else {
             tracing::info!(
-                "queue {q}: the VMM gave no inflight region: what the queue has with the target \
-                 when the server stops is lost to the guest"
+                "queue {q}: the VMM gave no inflight region: a server that stops with requests \
+                 outstanding leaves the next one no record of them (the ring resumes at its used \
+                 index: one may be lost, another answered twice); stop the VM before the server"
             );
         }
         tracing::debug!("queue {q}: the ring starts");

@@ -11,6 +11,7 @@
 //! rounded up to 64 bytes. All access goes through vm-memory's volatile slice, bounds-checked.
 
 use super::worker::Vring;
+use super::MAX_QUEUE_SIZE;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use vhost_user_backend::VringT;
@@ -35,7 +36,8 @@ pub enum InflightError {
     /// The VMM named a size no queue has.
     #[error(
         "the VMM's inflight region names {queues} queue(s) of {queue_size} entries: refused (the \
-         device has 1 to {max_queues} queues of at most 1024 entries)"
+         device has 1 to {max_queues} queues of at most {max_size} entries)",
+        max_size = MAX_QUEUE_SIZE
     )]
     Geometry {
         /// Queues named.
@@ -177,7 +179,11 @@ impl Inflight {
 }
 
 fn check(queues: u16, queue_size: u16, max_queues: usize) -> Result<(), InflightError> {
-    if queues == 0 || usize::from(queues) > max_queues || queue_size == 0 || queue_size > 1024 {
+    if queues == 0
+        || usize::from(queues) > max_queues
+        || queue_size == 0
+        || queue_size > MAX_QUEUE_SIZE
+    {
         return Err(InflightError::Geometry {
             queues,
             queue_size,

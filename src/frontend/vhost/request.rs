@@ -83,8 +83,9 @@ pub(super) enum ChainError {
 /// The descriptors (address, length, device-writable) of the chain whose head is `head` in the
 /// split ring's descriptor table at `table` of `size` entries, read from guest memory: for a
 /// request taken again from the inflight region (the ring's own iterator starts only from the
-/// available ring). An indirect descriptor is followed once; a chain longer than its table, or
-/// a descriptor outside the table or guest memory, is [`ChainError::Unterminated`].
+/// available ring). An indirect descriptor is followed once (a table of at most 65535 entries,
+/// as rust-vmm's own iterator allows); a chain longer than its table, or a descriptor outside the
+/// table or guest memory, is [`ChainError::Unterminated`].
 pub(super) fn chain_at<M: GuestMemory + ?Sized>(
     mem: &M,
     table: GuestAddress,
@@ -110,11 +111,17 @@ pub(super) fn chain_at<M: GuestMemory + ?Sized>(
             mem.read_obj(at).map_err(|_| ChainError::Unterminated)?;
         if d.flags() & INDIRECT != 0 {
             // one indirect table, as the head (a driver puts nothing beside it)
-            if indirect || !descs.is_empty() || d.len() % 16 != 0 || d.len() == 0 {
+            let entries = d.len() / 16;
+            if indirect
+                || !descs.is_empty()
+                || d.len() % 16 != 0
+                || entries == 0
+                || entries > u32::from(u16::MAX)
+            {
                 return Err(ChainError::Unterminated);
             }
             indirect = true;
-            (table, size, i) = (d.addr(), d.len() / 16, 0);
+            (table, size, i) = (d.addr(), entries, 0);
             left = size;
             continue;
         }
@@ -275,5 +282,63 @@ mod tests {
             (GuestAddress(u64::MAX), 2, true),
         ];
         assert!(parse(&m, 0, &wrap).is_err());
+    }
+
+    /// Writes descriptor `i` of the table at `table`.
+    fn put(
+        m: &GuestMemoryMmap<()>,
+        table: u64,
+        i: u64,
+        addr: u64,
+        len: u32,
+        flags: u16,
+        next: u16,
+    ) {
+        let mut d = [0u8; 16];
+        d[0..8].copy_from_slice(&addr.to_le_bytes());
+        d[8..12].copy_from_slice(&len.to_le_bytes());
+        d[12..14].copy_from_slice(&flags.to_le_bytes());
+        d[14..16].copy_from_slice(&next.to_le_bytes());
+        m.write_slice(&d, GuestAddress(table + i * 16)).unwrap();
+    }
+
+    #[test]
+    fn a_chain_taken_again_follows_next_and_one_indirect_table_and_refuses_loops() {
+        let m = mem();
+        let t = 0x2000;
+        let (next, write, indirect) = (1, 2, 4);
+        // 0 -> 1 -> 2: header, data, status
+        put(&m, t, 0, 0x1000, 16, next, 1);
+        put(&m, t, 1, 0x8000, 4096, next, 2);
+        put(&m, t, 2, 0x9000, 1, write, 0);
+        let got = chain_at(&m, GuestAddress(t), 8, 0).expect("a chain");
+        assert_eq!(
+            got,
+            vec![
+                (GuestAddress(0x1000), 16, false),
+                (GuestAddress(0x8000), 4096, false),
+                (GuestAddress(0x9000), 1, true)
+            ]
+        );
+        // 3 -> 4 -> 3: a loop, cut at the ring's size
+        put(&m, t, 3, 0x1000, 16, next, 4);
+        put(&m, t, 4, 0x1000, 16, next, 3);
+        assert!(chain_at(&m, GuestAddress(t), 8, 3).is_err());
+        // 5: an indirect table of three (0x3000), walked as the chain
+        put(&m, t, 5, 0x3000, 48, indirect, 0);
+        put(&m, 0x3000, 0, 0x1000, 16, next, 1);
+        put(&m, 0x3000, 1, 0x8000, 512, next, 2);
+        put(&m, 0x3000, 2, 0x9000, 1, write, 0);
+        assert_eq!(
+            chain_at(&m, GuestAddress(t), 8, 5).expect("indirect").len(),
+            3
+        );
+        // an indirect table claiming more entries than any ring has, looping in its first
+        put(&m, t, 6, 0x4000, 65536 * 16, indirect, 0);
+        put(&m, 0x4000, 0, 0x1000, 16, next, 0);
+        assert!(chain_at(&m, GuestAddress(t), 8, 6).is_err());
+        // a head past the ring, a table past guest memory
+        assert!(chain_at(&m, GuestAddress(t), 8, 8).is_err());
+        assert!(chain_at(&m, GuestAddress(1 << 20), 8, 0).is_err());
     }
 }

@@ -25,8 +25,13 @@ use vmm_sys_util::eventfd::EventFd;
 /// A server on a socket of its own, in a thread that outlives the test (it serves until the
 /// process ends).
 fn server(dir: &FsPath) -> PathBuf {
-    let sock = dir.join("vhost.sock");
     let backend = Arc::new(Backend::new(device(4), vec![fake_path(4)]).expect("a backend"));
+    serve_backend(dir, backend)
+}
+
+/// `backend` served as [`server`] serves its own.
+fn serve_backend(dir: &FsPath, backend: Arc<Backend<super::tests::Relog>>) -> PathBuf {
+    let sock = dir.join("vhost.sock");
     let (tx, rx) = std::sync::mpsc::channel();
     let at = sock.clone();
     std::thread::spawn(move || {
@@ -43,6 +48,11 @@ fn server(dir: &FsPath) -> PathBuf {
 /// A VMM that negotiates features as QEMU does, up to the memory table.
 /// (`queues`: what rust-vmm's frontend lets a request name; it checks the index itself.)
 fn negotiate(sock: &FsPath, queues: u64) -> Frontend {
+    negotiate_protocol(sock, queues, VhostUserProtocolFeatures::CONFIG)
+}
+
+/// [`negotiate`], taking the protocol features of `wanted` the backend offers.
+fn negotiate_protocol(sock: &FsPath, queues: u64, wanted: VhostUserProtocolFeatures) -> Frontend {
     let mut f = Frontend::connect(sock, queues).expect("connects");
     f.set_owner().expect("SET_OWNER");
     let features = f.get_features().expect("GET_FEATURES");
@@ -53,7 +63,7 @@ fn negotiate(sock: &FsPath, queues: u64) -> Frontend {
     );
     f.set_features(features).expect("SET_FEATURES");
     let proto = f.get_protocol_features().expect("GET_PROTOCOL_FEATURES");
-    f.set_protocol_features(proto & VhostUserProtocolFeatures::CONFIG)
+    f.set_protocol_features(proto & wanted)
         .expect("SET_PROTOCOL_FEATURES");
     f
 }
@@ -364,4 +374,65 @@ fn a_restarted_backend_takes_again_what_the_last_one_took_and_nothing_it_answere
         .map(|h| s.read_obj(16 + h as usize * 16).unwrap())
         .collect();
     assert!(left.iter().all(|&b| b == 0), "{left:?}");
+}
+
+/// The LUN's capacity as READ CAPACITY(16) gives it.
+fn capacity(blocks: u64) -> crate::wire::scsi::data::Capacity {
+    let mut b = [0u8; 12];
+    b[..8].copy_from_slice(&(blocks - 1).to_be_bytes());
+    b[8..].copy_from_slice(&512u32.to_be_bytes());
+    crate::wire::scsi::data::Capacity::parse(&b).expect("12 bytes")
+}
+
+#[test]
+fn a_grown_lun_reaches_the_vmm_as_a_configuration_change_and_the_guest_reads_the_new_size() {
+    let dir = scratch("vhost-resize");
+    let backend = Arc::new(Backend::new(device(4), vec![fake_path(4)]).expect("a backend"));
+    let sock = serve_backend(&dir, backend.clone());
+    let wanted = VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::BACKEND_REQ;
+    let mut f = negotiate_protocol(&sock, 1, wanted);
+    let (mut ours, theirs) = UnixStream::pair().expect("a socket pair");
+    f.set_backend_request_fd(&theirs)
+        .expect("SET_BACKEND_REQ_FD");
+    let mem = guest_file(&dir, "mem", 1 << 20);
+    f.set_mem_table(&[region(0, 1 << 20, &mem, 0)])
+        .expect("a memory table");
+    // the LUN doubled: 2 MiB, then asked again, still 2 MiB
+    let mut sizes = vec![capacity(4096), capacity(4096)].into_iter();
+    backend
+        .watch_capacity(
+            "test".into(),
+            Box::new(move || Ok(sizes.next().expect("two checks"))),
+        )
+        .expect("the checks start");
+    let cap = backend.capacity();
+    cap.check.store(true, std::sync::atomic::Ordering::Relaxed);
+    ours.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a timeout");
+    let mut msg = [0u8; 12];
+    std::io::Read::read_exact(&mut ours, &mut msg).expect("a message on the backend channel");
+    let word = |i: usize| u32::from_ne_bytes(msg[i..i + 4].try_into().unwrap());
+    assert_eq!(
+        (word(0), word(4), word(8)),
+        (2, 1, 0),
+        "VHOST_USER_BACKEND_CONFIG_CHANGE_MSG, version 1, no body, no reply asked"
+    );
+    let (_, cfg) = f
+        .get_config(0, 8, VhostUserConfigFlags::WRITABLE, &[0; 8])
+        .expect("GET_CONFIG");
+    assert_eq!(u64::from_le_bytes(cfg[..8].try_into().unwrap()), 4096);
+    // unchanged: the second check tells the VMM nothing
+    cap.check.store(true, std::sync::atomic::Ordering::Relaxed);
+    let t = Instant::now();
+    while cap.checks.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+        assert!(t.elapsed() < Duration::from_secs(10), "no second check");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ours.set_nonblocking(true).expect("non-blocking");
+    let more = std::io::Read::read(&mut ours, &mut msg);
+    assert!(
+        more.as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "an unchanged capacity sent {more:?}"
+    );
 }

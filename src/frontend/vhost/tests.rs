@@ -115,7 +115,7 @@ pub(super) fn fake_path(max_segs: u16) -> Path<Relog> {
 /// The fake target's disk as a virtio-blk device.
 pub(super) fn device(max_segs: u16) -> Device {
     Device {
-        size: 1 << 20,
+        size: (1 << 20).into(),
         block_size: 512,
         physical_exp: 0,
         opt_io: 0,

@@ -92,6 +92,38 @@ fn small_guest() -> (GuestMemoryMmap<()>, Vec<DataBuf>) {
     (mem, lent)
 }
 
+/// The fuzz target `vhost_chain_at`: a descriptor table from `input` in guest memory (at a place
+/// `input` picks: inside a region, across its end, in the gap), walked from the head and for the
+/// ring size `input` names, as a request taken again from the inflight region is. Panics when the
+/// walk returns more descriptors than its tables hold.
+#[cfg(feature = "test-utils")]
+pub fn fuzz_chain_at(input: &[u8]) {
+    use vm_memory::Bytes;
+    let (mem, _) = small_guest();
+    let [pick, head, size_lo, size_hi, table @ ..] = input else {
+        return;
+    };
+    let at = match pick % 4 {
+        0 => 0x1000,
+        1 => 0x10000 - 0x40,
+        2 => 0x18000,
+        _ => 0x20000 + u64::from(*pick) * 16,
+    };
+    let table = &table[..table.len().min(0x4000)];
+    // what does not fit where the table goes is left out (a table across a region's end)
+    let _ = mem.write_slice(table, GuestAddress(at));
+    let size = u16::from_le_bytes([*size_lo, *size_hi]);
+    let head = u16::from(*head) % size.max(1);
+    if let Ok(descs) = super::request::chain_at(&mem, GuestAddress(at), size, head) {
+        assert!(!descs.is_empty());
+        assert!(
+            descs.len() <= usize::from(u16::MAX),
+            "{} descriptors",
+            descs.len()
+        );
+    }
+}
+
 /// The fuzz target `vhost_chain`: a guest's descriptor chain from `input` (up to 16 descriptors
 /// over two memory regions with a gap between them, addresses and lengths running off them)
 /// parsed into a request and translated to segments of a loan that holds the first region and

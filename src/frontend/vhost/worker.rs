@@ -168,6 +168,13 @@ impl<C: Connect> Worker<C> {
         self.epoll.as_raw_fd()
     }
 
+    /// Waits up to `ms` milliseconds for the worker to want a pass (its fd readable: a completion,
+    /// the connection manager or a deadline), for a thread that has no ring to wait on.
+    pub(super) fn wait(&self, ms: i32) {
+        let mut evs = [EpollEvent::default(); 4];
+        let _ = self.epoll.wait(ms, &mut evs);
+    }
+
     /// A new VMM connection: no memory table yet, and what the last one left out is answered to
     /// no one.
     pub(super) fn new_connection(&mut self) {
@@ -532,7 +539,11 @@ impl<C: Connect> Worker<C> {
     /// Whether `len` bytes at byte `off` are whole logical blocks of the LUN.
     fn in_lun(&self, off: u64, len: u64) -> bool {
         let bs = u64::from(self.dev.block_size);
-        off % bs == 0 && len % bs == 0 && off.checked_add(len).is_some_and(|e| e <= self.dev.size)
+        off % bs == 0
+            && len % bs == 0
+            && off
+                .checked_add(len)
+                .is_some_and(|e| e <= self.dev.size.load(Relaxed))
     }
 
     /// A READ or WRITE: checked against the LUN, then zero copy or copied.

@@ -4,8 +4,9 @@
 # memory table), then the dm device is suspended so that the target holds the writes the server
 # sent, and the server is killed (kill -9) with them outstanding; the device resumes, a new server
 # starts, QEMU reconnects and gives it the inflight region, and the new server takes the killed
-# one's requests again. Then the file systems and files the VM left: LUN 5's through the kernel's
-# ib_srp, LUN 1's on /dev/ublkbN.
+# one's requests again; then LUN 5 grows, `srp-ublk resize --export` tells QEMU and the VM sees
+# its disk grow, and `srp-ublk upgrade --export` re-executes the server under QEMU. Then the file systems and files the VM left: LUN 5's through the kernel's ib_srp,
+# LUN 1's on /dev/ublkbN.
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh   # lab_export_lun
 mkdir -p /mnt/nested /mnt/d
@@ -80,6 +81,21 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
     sleep 2
     vhost_serve $SERVE
     echo "lab guest: the server was killed (kill -9) under fio and started again"
+    # then LUN 5 grows by 64 MiB under fio (the file, the loop device, the dm table; LIO reads
+    # the new size), and `srp-ublk resize --export` has the server read it and tell QEMU, once
+    # QEMU is back on the new server
+    i=0; while ! grep -q "ring starts" /tmp/vhost.log && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    truncate -s 320M $img && losetup -c "$loopdev" &&
+        dmsetup reload lab-vm --table "0 655360 linear $loopdev 0" && dmsetup resume lab-vm ||
+        fail "growing lab-vm to 320 MiB"
+    srp-ublk resize --export srp > /tmp/resize.txt 2>&1 ||
+        { cat /tmp/resize.txt /tmp/vhost.log; fail "srp-ublk resize --export srp failed"; }
+    echo "lab guest: $(cat /tmp/resize.txt)"
+    # and the server is upgraded in place (the same binary here): the new image serves, QEMU
+    # reconnects to it and gives it the inflight region
+    srp-ublk upgrade --export srp > /tmp/upgrade.txt 2>&1 ||
+        { cat /tmp/upgrade.txt /tmp/vhost.log; fail "srp-ublk upgrade --export srp failed"; }
+    echo "lab guest: $(cat /tmp/upgrade.txt)"
 fi
 wait $QPID
 rc=$?
@@ -88,6 +104,20 @@ cat /tmp/inner.log
 echo "lab guest: the inner VM ran ${took} s (qemu exit $rc)"
 echo "the inner VM (TCG under TCG) on vhost-user-blk and $DEV booted, made ext4 on each, wrote 8 MiB + 21 files on each, ran fio verify with a memory hot-plug and powered off in ${took} s" > "$LAB_OUT/nested-time.txt"
 [ "$rc" = 0 ] || { cat /tmp/vhost.log; fail "inner qemu: $(cat /tmp/inner-qemu.log)"; }
+# the guest saw LUN 5 grow while its fio ran
+grep -q "export 'srp': resized from 268435456 to 335544320 bytes" /tmp/resize.txt ||
+    fail "srp-ublk resize --export: $(cat /tmp/resize.txt)"
+grep -q "inner: RESIZED vhost 524288 -> 655360 sectors" /tmp/inner.log ||
+    fail "the VM's vhost-user-blk disk did not grow with LUN 5: $(grep RESIZED /tmp/inner.log)"
+grep -q "export srp: server pid $VPID runs the installed binary again" /tmp/upgrade.txt ||
+    fail "srp-ublk upgrade --export: $(cat /tmp/upgrade.txt)"
+grep -q "upgrade: the export goes over to the binary at" /tmp/vhost.log ||
+    fail "the server's log does not say it was upgraded"
+[ "$(grep -c "serving vhost-user-blk" /tmp/vhost.log)" = 2 ] ||
+    fail "the upgraded server did not serve again: $(grep "serving vhost-user-blk" /tmp/vhost.log)"
+ok "srp-ublk upgrade --export under fio: the server (pid $VPID) serves from a new image, QEMU reconnected"
+ok "LUN 5 grown by 64 MiB under fio: srp-ublk resize --export told QEMU, the VM's disk went from 524288 to 655360 sectors"
+
 [ "$(grep -c "inner: unmounted" /tmp/inner.log)" = 2 ] ||
     { cat /tmp/vhost.log; fail "the inner VM did not finish its job on both disks"; }
 # the hot-plug reached the server as a memory table with the DIMM, taken while fio ran

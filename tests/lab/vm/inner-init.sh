@@ -6,7 +6,8 @@
 #   fs       on each data disk (vhost-user-blk, then ublk): make ext4, write files, print their
 #            checksums between markers naming the disk
 #   fs,fio   the same, and fio with verify on a file of the vhost-user-blk disk's ext4 (4-64 KiB
-#            random writes, QD8)
+#            random writes, QD8), then the disk's size once it changed (2 minutes at most: the lab
+#            guest grows the LUN while fio runs)
 #   bench    tests/lab/bench/vm-guest.sh's rounds: the same fio job on each data disk in turn,
 #            its I/O between BENCH-BEGIN and BENCH-END lines (the lab guest samples its CPU at
 #            each), then a BENCH-RESULT line with fio's terse output
@@ -79,7 +80,8 @@ fs*)
     for name in vhost ublk; do
         D=$(disk $name); [ -n "$D" ] || continue
         n=$((n + 1))
-        echo "inner: $name disk $D is $(cat /sys/block/${D#/dev/}/size) sectors, uptime $(cut -d' ' -f1 /proc/uptime)"
+        size0=$(cat /sys/block/${D#/dev/}/size)
+        echo "inner: $name disk $D is $size0 sectors, uptime $(cut -d' ' -f1 /proc/uptime)"
         /sbin/mke2fs -q -t ext4 -F -L srpvm "$D" && mount -t ext4 "$D" /mnt && {
             dd if=/dev/urandom of=/mnt/data.bin bs=1M count=8 2>/dev/null
             echo "written by the VM inside the lab guest" > /mnt/hello.txt
@@ -95,6 +97,12 @@ fs*)
                         --rw=randwrite --bsrange=4k-64k --iodepth=8 --verify=crc32c --do_verify=1 \
                         --verify_fatal=1 2>&1
                     echo "inner: FIO-END exit $?"
+                    # the LUN grows while fio runs (the lab guest resizes it): the new size
+                    i=0
+                    while [ "$(cat /sys/block/${D#/dev/}/size)" = "$size0" ] && [ $i -lt 1200 ]; do
+                        sleep 0.1; i=$((i + 1))
+                    done
+                    echo "inner: RESIZED $name $size0 -> $(cat /sys/block/${D#/dev/}/size) sectors"
                 else
                     echo "inner: FIO-END no fio"
                 fi;;

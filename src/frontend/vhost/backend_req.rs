@@ -1,0 +1,75 @@
+//! The backend's channel to the VMM (VHOST_USER_PROTOCOL_F_BACKEND_REQ), for the one message a
+//! block device sends there: VHOST_USER_BACKEND_CONFIG_CHANGE_MSG, after the LUN's capacity
+//! changed; the VMM then reads the configuration again (GET_CONFIG) and interrupts the guest.
+//!
+//! rust-vmm's `vhost` (0.18) hands the channel to the backend as its `Backend`, which sends only
+//! the shared-object and shared-memory messages. So the connection's loop looks at each message
+//! before the request handler reads it (MSG_PEEK: the message stays, and the kernel gives the
+//! peek its own copies of the message's descriptors), and keeps its own copy of the channel from
+//! SET_BACKEND_REQ_FD. Nothing else reads or writes that copy.
+
+use std::io::{IoSliceMut, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use vhost::vhost_user::message::{BackendReq, FrontendReq};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Descriptors a vhost-user message carries at most (a memory table's).
+const MAX_FDS: usize = 32;
+/// The header's version bits: vhost-user's version 1.
+const VERSION_1: u32 = 0x1;
+
+/// A vhost-user message's header (vhost 0.18 keeps its own private), in the host's byte order.
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+struct Header {
+    request: u32,
+    flags: u32,
+    size: u32,
+}
+const _: () = assert!(std::mem::size_of::<Header>() == 12);
+
+/// Looks at the next message on the connection `sock` without taking it: the backend channel's
+/// descriptor when it is SET_BACKEND_REQ_FD, `None` otherwise (the handler then reads the message
+/// and answers it, or ends the connection over it, as it does without the look). Blocks until a
+/// message (or the end of the connection) comes.
+pub(super) fn peek_backend_channel(sock: &UnixStream) -> std::io::Result<Option<UnixStream>> {
+    let mut hdr = [0u8; std::mem::size_of::<Header>()];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(
+        sock,
+        &mut [IoSliceMut::new(&mut hdr)],
+        &mut control,
+        rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::CMSG_CLOEXEC,
+    )?;
+    // every descriptor the peek copied is closed here but the channel's
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for m in control.drain() {
+        if let rustix::net::RecvAncillaryMessage::ScmRights(rights) = m {
+            fds.extend(rights);
+        }
+    }
+    if got.bytes < hdr.len() {
+        return Ok(None);
+    }
+    let is_channel = Header::read_from_bytes(&hdr)
+        .is_ok_and(|h| h.request == u32::from(FrontendReq::SET_BACKEND_REQ_FD));
+    Ok(match (is_channel, fds.len()) {
+        (true, 1) => fds.pop().map(UnixStream::from),
+        _ => None,
+    })
+}
+
+/// Tells the VMM on its backend channel that the device's configuration changed. Asks no reply
+/// (REPLY_ACK is not offered): the VMM answers by reading the configuration on the connection,
+/// which the connection's own thread serves.
+pub(super) fn send_config_change(mut channel: &UnixStream) -> std::io::Result<()> {
+    let hdr = Header {
+        request: BackendReq::CONFIG_CHANGE_MSG.into(),
+        flags: VERSION_1,
+        size: 0,
+    };
+    channel.write_all(hdr.as_bytes())
+}
