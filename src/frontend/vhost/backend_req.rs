@@ -19,6 +19,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 const MAX_FDS: usize = 32;
 /// The header's version bits: vhost-user's version 1.
 const VERSION_1: u32 = 0x1;
+/// How long a message to the VMM may wait for room on the channel.
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A vhost-user message's header (vhost 0.18 keeps its own private), in the host's byte order.
 #[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -56,10 +58,23 @@ pub(super) fn peek_backend_channel(sock: &UnixStream) -> std::io::Result<Option<
     }
     let is_channel = Header::read_from_bytes(&hdr)
         .is_ok_and(|h| h.request == u32::from(FrontendReq::SET_BACKEND_REQ_FD));
-    Ok(match (is_channel, fds.len()) {
-        (true, 1) => fds.pop().map(UnixStream::from),
+    let channel = match (is_channel, fds.len()) {
+        (true, 1) => fds.pop().filter(is_unix_stream).map(UnixStream::from),
         _ => None,
-    })
+    };
+    // a VMM that stops reading the channel holds up no thread of the server
+    if let Some(c) = &channel {
+        c.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    }
+    Ok(channel)
+}
+
+/// Whether `fd` is a unix stream socket, as the backend channel must be (vhost's handler refuses
+/// the message otherwise, and nothing is written to it).
+fn is_unix_stream(fd: &OwnedFd) -> bool {
+    use rustix::net::{getsockname, sockopt::socket_type, AddressFamily, SocketType};
+    socket_type(fd).is_ok_and(|t| t == SocketType::STREAM)
+        && getsockname(fd).is_ok_and(|a| a.address_family() == AddressFamily::UNIX)
 }
 
 /// Tells the VMM on its backend channel that the device's configuration changed. Asks no reply

@@ -436,3 +436,40 @@ fn a_grown_lun_reaches_the_vmm_as_a_configuration_change_and_the_guest_reads_the
         "an unchanged capacity sent {more:?}"
     );
 }
+
+#[test]
+fn a_backend_channel_that_is_not_a_unix_socket_is_never_written_to() {
+    let dir = scratch("vhost-bad-channel");
+    let backend = Arc::new(Backend::new(device(4), vec![fake_path(4)]).expect("a backend"));
+    let sock = serve_backend(&dir, backend.clone());
+    let wanted = VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::BACKEND_REQ;
+    let mut f = negotiate_protocol(&sock, 1, wanted);
+    let file = guest_file(&dir, "not-a-socket", 0);
+    let _ = f.set_backend_request_fd(&file);
+    let mut sizes = vec![capacity(4096)].into_iter();
+    backend
+        .watch_capacity(
+            "test".into(),
+            Box::new(move || Ok(sizes.next().expect("one check"))),
+        )
+        .expect("the checks start");
+    let cap = backend.capacity();
+    cap.check.store(true, std::sync::atomic::Ordering::Relaxed);
+    let t = Instant::now();
+    while cap.checks.load(std::sync::atomic::Ordering::Relaxed) < 1 {
+        assert!(t.elapsed() < Duration::from_secs(10), "no check");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let len = std::fs::metadata(dir.join("not-a-socket")).unwrap().len();
+    assert_eq!(
+        len, 0,
+        "the server wrote to a file the VMM gave as its channel"
+    );
+    // and the next VMM reads the new size
+    drop(f);
+    let mut f = negotiate(&sock, 1);
+    let (_, cfg) = f
+        .get_config(0, 8, VhostUserConfigFlags::WRITABLE, &[0; 8])
+        .expect("GET_CONFIG");
+    assert_eq!(u64::from_le_bytes(cfg[..8].try_into().unwrap()), 4096);
+}
