@@ -79,11 +79,11 @@ fn resize_and_upgrade_of_an_nbd_export_say_why_not_and_its_server_serves_on() {
     let logged = |s: &str| std::fs::read_to_string(&log).unwrap().contains(s);
     nix::sys::signal::kill(pid, nix::sys::signal::SIGHUP).unwrap();
     wait_for("SIGHUP line", || {
-        logged("SIGHUP: an NBD export has no capacity checks")
+        logged("SIGHUP: no capacity check: an NBD export has none")
     });
     nix::sys::signal::kill(pid, nix::sys::signal::SIGUSR2).unwrap();
     wait_for("SIGUSR2 line", || {
-        logged("SIGUSR2: an NBD export is not re-executed")
+        logged("SIGUSR2: not re-executed: an NBD export's kernel clients cannot reconnect")
     });
     assert!(srv.try_wait().unwrap().is_none(), "the server ended");
     srv.kill().unwrap();

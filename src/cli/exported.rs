@@ -86,8 +86,9 @@ fn hup() {
             c.check.store(true, Relaxed);
         }
         None => tracing::warn!(
-            "SIGHUP: an NBD export has no capacity checks (a client reads the size when it \
-             connects): restart the export for a LUN's new size"
+            "SIGHUP: no capacity check: an NBD export has none (a client reads the size when it \
+             connects: restart the export for a LUN's new size), a vhost-user-blk one only once \
+             it serves"
         ),
     }
 }
@@ -99,8 +100,9 @@ fn hup() {
 fn usr2() {
     if !UPGRADES.load(Relaxed) {
         return tracing::warn!(
-            "SIGUSR2: an NBD export is not re-executed (its kernel clients cannot reconnect): \
-             restart it (`systemctl restart`) when its clients can"
+            "SIGUSR2: not re-executed: an NBD export's kernel clients cannot reconnect (restart \
+             it, `systemctl restart`, when its clients can), a vhost-user-blk export is re-executed \
+             only once it serves"
         );
     }
     let exe = match super::add::installed_binary() {

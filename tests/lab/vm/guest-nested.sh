@@ -1,12 +1,13 @@
 # In the lab guest (tests/lab/vm/nested.sh): a VM (QEMU, TCG) with two disks, LUN 5 (a dm-linear
 # device LIO exports) served as vhost-user-blk and LUN 1 attached as /dev/ublkbN. While the VM's fio
 # verifies the vhost-user-blk disk, memory is hot-plugged into the VM (QEMU sends the server a new
-# memory table), then the dm device is suspended so that the target holds the writes the server
-# sent, and the server is killed (kill -9) with them outstanding; the device resumes, a new server
-# starts, QEMU reconnects and gives it the inflight region, and the new server takes the killed
-# one's requests again; then LUN 5 grows, `srp-ublk resize --export` tells QEMU and the VM sees
-# its disk grow, and `srp-ublk upgrade --export` re-executes the server under QEMU. Then the file systems and files the VM left: LUN 5's through the kernel's ib_srp,
-# LUN 1's on /dev/ublkbN.
+# memory table), the fabric's link flaps and the target port drops, then the dm device is
+# suspended so that the target holds the writes the server sent, and the server is killed
+# (kill -9) with them outstanding; the device resumes, a new server starts, QEMU reconnects and
+# gives it the inflight region, and the new server takes the killed one's requests again; then
+# `srp-ublk upgrade --export` re-executes the server under QEMU, and last LUN 5 grows and
+# `srp-ublk resize --export` tells QEMU: the VM sees its disk grow, and its fio stops. Then the
+# file systems and files the VM left: LUN 5's through the kernel's ib_srp, LUN 1's on /dev/ublkbN.
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh   # lab_export_lun
 mkdir -p /mnt/nested /mnt/d
@@ -58,51 +59,67 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
     echo "object_add memory-backend-memfd,id=hp1,size=128M,share=on" > /tmp/mon.in
     echo "device_add pc-dimm,id=dimm1,memdev=hp1" > /tmp/mon.in
     echo "info memory_size_summary" > /tmp/mon.in
-    # then, once the guest's writes flow (fio's layout goes to the page cache first), the LUN's
-    # device is suspended: the target holds what the server sends, and the server is killed with
-    # it outstanding; a new server starts on the socket, QEMU reconnects and gives it the
-    # inflight region, and what the killed one had taken is taken again
+    # the faults, each once the guest's writes flow (fio's layout goes to the page cache first,
+    # and a fault must find writes under way): the server's completed writes, from its queues'
+    # counters (a new image counts from 0: successive samples are compared)
     writes() {
         srp-ublk stats --prometheus - 2>/dev/null |
             awk '/^srp_ublk_write_ops_total[{]export="srp",/ { s += $2 } END { printf "%d", s }'
     }
-    i=0; w0=$(writes)
-    while [ $i -lt 120 ]; do
-        sleep 2.5; w1=$(writes)
-        [ "$w1" -gt "$w0" ] && break
-        w0=$w1; i=$((i + 1))
-    done
+    flowing() {
+        i=0; w0=$(writes)
+        while [ $i -lt 120 ]; do
+            sleep 2.5; w1=$(writes)
+            [ "$w1" -gt "$w0" ] && return 0
+            w0=$w1; i=$((i + 1))
+        done
+        fail "$1: the guest's writes did not flow within 300 s"
+    }
+    # a link flap (the fabric's netdev down 8 s: the channels reconnect, I/O is held) and a
+    # target drop (LIO's target port disabled 6 s)
+    flowing "before the link flap"
+    ip link set dummy0 down; sleep 8; ip link set dummy0 up
+    flowing "after the link flap"
+    echo "lab guest: link flap under fio (dummy0 down 8 s): the guest's writes flow again"
+    echo 0 > "$SRP_TPG/enable"; sleep 6; echo 1 > "$SRP_TPG/enable"
+    flowing "after the target drop"
+    echo "lab guest: target drop under fio (the target port disabled 6 s): the guest's writes flow again"
+    # the LUN's device suspended: the target holds what the server sends, and the server is
+    # killed with it outstanding; a new server starts on the socket, QEMU reconnects and gives
+    # it the inflight region, and what the killed one had taken is taken again
     dmsetup suspend lab-vm || fail "dmsetup suspend lab-vm"
     sleep 3
-    echo "lab guest: the guest's writes flowed ($w0 -> $w1 done), LUN 5 suspended: killing the server"
+    echo "lab guest: LUN 5 suspended under fio: killing the server"
     kill -9 $VPID; wait $VPID 2>/dev/null
     dmsetup resume lab-vm || fail "dmsetup resume lab-vm"
     mv /tmp/vhost.log /tmp/vhost-killed.log
     sleep 2
     vhost_serve $SERVE
     echo "lab guest: the server was killed (kill -9) under fio and started again"
-    # then LUN 5 grows by 64 MiB under fio (the file, the loop device, the dm table; LIO reads
-    # the new size), and `srp-ublk resize --export` has the server read it and tell QEMU, once
-    # QEMU is back on the new server
     i=0; while ! grep -q "ring starts" /tmp/vhost.log && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    flowing "after the kill"
+    # the server upgraded in place (the same binary here): the new image serves, QEMU
+    # reconnects to it and gives it the inflight region
+    srp-ublk upgrade --export srp > /tmp/upgrade.txt 2>&1 ||
+        { cat /tmp/upgrade.txt /tmp/vhost.log; fail "srp-ublk upgrade --export srp failed"; }
+    echo "lab guest: $(cat /tmp/upgrade.txt)"
+    flowing "after the upgrade"
+    # last, LUN 5 grows by 64 MiB (the file, the loop device, the dm table; LIO reads the new
+    # size) and `srp-ublk resize --export` has the server read it and tell QEMU; the VM's fio
+    # ends its run when its disk has grown
     truncate -s 320M $img && losetup -c "$loopdev" &&
         dmsetup reload lab-vm --table "0 655360 linear $loopdev 0" && dmsetup resume lab-vm ||
         fail "growing lab-vm to 320 MiB"
     srp-ublk resize --export srp > /tmp/resize.txt 2>&1 ||
         { cat /tmp/resize.txt /tmp/vhost.log; fail "srp-ublk resize --export srp failed"; }
     echo "lab guest: $(cat /tmp/resize.txt)"
-    # and the server is upgraded in place (the same binary here): the new image serves, QEMU
-    # reconnects to it and gives it the inflight region
-    srp-ublk upgrade --export srp > /tmp/upgrade.txt 2>&1 ||
-        { cat /tmp/upgrade.txt /tmp/vhost.log; fail "srp-ublk upgrade --export srp failed"; }
-    echo "lab guest: $(cat /tmp/upgrade.txt)"
 fi
 wait $QPID
 rc=$?
 took=$(since "$t0")
 cat /tmp/inner.log
 echo "lab guest: the inner VM ran ${took} s (qemu exit $rc)"
-echo "the inner VM (TCG under TCG) on vhost-user-blk and $DEV booted, made ext4 on each, wrote 8 MiB + 21 files on each, ran fio verify with a memory hot-plug and powered off in ${took} s" > "$LAB_OUT/nested-time.txt"
+echo "the inner VM (TCG under TCG) on vhost-user-blk and $DEV booted, made ext4 on each, wrote 8 MiB + 21 files on each, ran fio verify through a memory hot-plug, a link flap, a target drop, the server's kill, upgrade and a resize, and powered off in ${took} s" > "$LAB_OUT/nested-time.txt"
 [ "$rc" = 0 ] || { cat /tmp/vhost.log; fail "inner qemu: $(cat /tmp/inner-qemu.log)"; }
 # the guest saw LUN 5 grow while its fio ran
 grep -q "export 'srp': resized from 268435456 to 335544320 bytes" /tmp/resize.txt ||
@@ -160,7 +177,11 @@ expect_eq "queue 0's zero-copy MiB, Prometheus file against the log" "$(( ${zc:-
 sed -n '/FIO-BEGIN/,/FIO-END/p' /tmp/inner.log | tr -d '\r' > /tmp/fio.txt
 grep -q "FIO-END exit 0" /tmp/fio.txt || { cat /tmp/fio.txt; fail "fio with verify in the VM failed"; }
 fio_verified /tmp/fio.txt
-ok "fio verify in the VM: $(grep -o 'WRITE: bw=[^,]*' /tmp/fio.txt | head -1), 0 errors"
+# every run's error count, not only one
+grep -E 'err= *[1-9]' /tmp/fio.txt && fail "a fio run in the VM reported I/O errors"
+runs=$(grep -o 'FIO-END exit 0 after [0-9]* run' /tmp/fio.txt | grep -o '[0-9]* run')
+[ "$(grep -c 'err= 0' /tmp/fio.txt)" -ge "${runs% run}" ] || fail "fewer fio results than its $runs(s)"
+ok "fio verify in the VM, $runs(s) through the link flap, the target drop, the kill, the upgrade and the resize: $(grep -o 'WRITE: bw=[^,]*' /tmp/fio.txt | head -1), 0 errors"
 # check DISK DEV: the file system and the files the VM left on disk DISK, read through DEV
 check() {
     sed -n "/SUMS-BEGIN $1/,/SUMS-END $1/p" /tmp/inner.log | grep -v SUMS | sed 's/\r$//' > /tmp/sums.txt
