@@ -135,6 +135,22 @@ pub fn check_capacity_on_hup(capacity: Arc<CapacityStatus>) {
     let _ = CAPACITY.set(capacity);
 }
 
+/// The running exports named `name` (several servers may run one name on other sockets); none is
+/// a not-found error.
+pub fn running_named(name: &str) -> anyhow::Result<Vec<ExportState>> {
+    let found: Vec<ExportState> = ExportState::all()
+        .into_iter()
+        .filter(|e| e.name == name && e.alive())
+        .collect();
+    if found.is_empty() {
+        return Err(super::status::not_found(format!(
+            "no running srp-ublk export named '{name}' (see `srp-ublk list`)"
+        ))
+        .into());
+    }
+    Ok(found)
+}
+
 /// What every export's state file starts with: the server, its version and unit, where it
 /// listens, and a queue entry per slot of `status`.
 pub fn base(name: &str, kind: &str, listen: String, status: &ExportStatus) -> ExportState {

@@ -46,23 +46,17 @@ pub fn run(a: ResizeArgs) -> anyhow::Result<()> {
     }
     super::daemon::signal(&before, nix::sys::signal::SIGHUP)
         .with_context(|| format!("signalling the daemon of /dev/ublkb{id}"))?;
-    let deadline = Instant::now() + Duration::from_secs(a.timeout);
-    let after = loop {
-        std::thread::sleep(Duration::from_millis(200));
-        if let Ok(d) = DeviceState::read(&path) {
-            if d.capacity_checks > before.capacity_checks
-                || d.capacity_check_failures > before.capacity_check_failures
-            {
-                break d;
-            }
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "the daemon of /dev/ublkb{id} reported no capacity check within {} s; see its log {}",
-                a.timeout,
-                before.log
-            );
-        }
+    let checked = |d: &DeviceState| {
+        d.capacity_checks > before.capacity_checks
+            || d.capacity_check_failures > before.capacity_check_failures
+    };
+    let Some(after) = await_check(a.timeout, || DeviceState::read(&path).ok().filter(checked))
+    else {
+        bail!(
+            "the daemon of /dev/ublkb{id} reported no capacity check within {} s; see its log {}",
+            a.timeout,
+            before.log
+        );
     };
     if after.capacity_check_failures > before.capacity_check_failures {
         bail!(
@@ -98,21 +92,14 @@ pub fn run(a: ResizeArgs) -> anyhow::Result<()> {
 
 /// `resize --export NAME`: SIGHUP to the export's server, then its state file's capacity counters.
 fn export(a: &ResizeArgs, name: &str) -> anyhow::Result<()> {
-    let find = || -> anyhow::Result<ExportState> {
-        let mut found: Vec<ExportState> = ExportState::all()
-            .into_iter()
-            .filter(|e| e.name == name && e.alive())
-            .collect();
-        match found.len() {
-            1 => Ok(found.remove(0)),
-            0 => Err(super::status::not_found(format!(
-                "no running srp-ublk export named '{name}' (see `srp-ublk list`)"
-            ))
-            .into()),
-            n => bail!("{n} servers run an export named '{name}': stop all but one"),
-        }
-    };
-    let before = find()?;
+    let mut found = super::exported::running_named(name)?;
+    if found.len() > 1 {
+        bail!(
+            "{} servers run an export named '{name}': stop all but one",
+            found.len()
+        );
+    }
+    let before = found.remove(0);
     if before.kind != "vhost-user-blk" {
         bail!(
             "export '{name}' is {}: an NBD client reads the size when it connects; restart the \
@@ -123,24 +110,21 @@ fn export(a: &ResizeArgs, name: &str) -> anyhow::Result<()> {
     let pid = nix::unistd::Pid::from_raw(before.pid as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::SIGHUP)
         .with_context(|| format!("signalling the server of export '{name}' (pid {pid})"))?;
-    let deadline = Instant::now() + Duration::from_secs(a.timeout);
-    let after = loop {
-        std::thread::sleep(Duration::from_millis(200));
-        if let Ok(e) = find() {
-            if e.capacity_checks > before.capacity_checks
-                || e.capacity_check_failures > before.capacity_check_failures
-            {
-                break e;
-            }
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "the server of export '{name}' (pid {pid}) reported no capacity check within {} \
-                 s; see its log (`journalctl -u {}`)",
-                a.timeout,
-                before.unit.as_deref().unwrap_or("its unit")
-            );
-        }
+    let checked = |e: &ExportState| {
+        e.capacity_checks > before.capacity_checks
+            || e.capacity_check_failures > before.capacity_check_failures
+    };
+    let Some(after) = await_check(a.timeout, || {
+        ExportState::read(&ExportState::path(before.pid))
+            .ok()
+            .filter(checked)
+    }) else {
+        bail!(
+            "the server of export '{name}' (pid {pid}) reported no capacity check within {} s; \
+             see its log (`journalctl -u {}`)",
+            a.timeout,
+            before.unit.as_deref().unwrap_or("its unit")
+        );
     };
     if after.capacity_check_failures > before.capacity_check_failures {
         bail!("the capacity check of export '{name}' failed; the server's log says why");
@@ -159,4 +143,19 @@ fn export(a: &ResizeArgs, name: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// What `read` gives once it gives anything (the state file after the daemon's check), looked at
+/// every 200 ms for `timeout` seconds at most.
+fn await_check<T>(timeout: u64, read: impl Fn() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + Duration::from_secs(timeout);
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        if let Some(t) = read() {
+            return Some(t);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+    }
 }

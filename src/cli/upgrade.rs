@@ -104,15 +104,8 @@ pub fn run(a: UpgradeArgs) -> anyhow::Result<()> {
 /// The exports to upgrade: `--export NAME`'s, or with `--all` every running vhost-user-blk one (an
 /// NBD export's kernel clients would not reconnect: it is named, and left to its unit's restart).
 fn exports(a: &UpgradeArgs) -> anyhow::Result<Vec<ExportState>> {
-    let live = ExportState::all().into_iter().filter(ExportState::alive);
     if let Some(name) = &a.export {
-        let found: Vec<ExportState> = live.filter(|e| &e.name == name).collect();
-        if found.is_empty() {
-            return Err(super::status::not_found(format!(
-                "no running srp-ublk export named '{name}' (see `srp-ublk list`)"
-            ))
-            .into());
-        }
+        let found = super::exported::running_named(name)?;
         if let Some(e) = found.iter().find(|e| e.kind != "vhost-user-blk") {
             bail!(
                 "export '{name}' is {}: its clients would lose their connection; restart it \
@@ -125,6 +118,7 @@ fn exports(a: &UpgradeArgs) -> anyhow::Result<Vec<ExportState>> {
     if !a.all {
         return Ok(Vec::new());
     }
+    let live = ExportState::all().into_iter().filter(ExportState::alive);
     let (vhost, other): (Vec<_>, Vec<_>) = live.partition(|e| e.kind == "vhost-user-blk");
     for e in other {
         eprintln!(

@@ -11,6 +11,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path as FsPath, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures};
@@ -384,6 +385,31 @@ fn capacity(blocks: u64) -> crate::wire::scsi::data::Capacity {
     crate::wire::scsi::data::Capacity::parse(&b).expect("12 bytes")
 }
 
+/// `backend`'s capacity checks started over a LUN whose capacity is each of `sizes` in turn.
+fn watched(
+    backend: &Backend<super::tests::Relog>,
+    sizes: Vec<crate::wire::scsi::data::Capacity>,
+) -> Arc<crate::frontend::capacity::CapacityStatus> {
+    let n = sizes.len();
+    let mut sizes = sizes.into_iter();
+    backend
+        .watch_capacity(
+            "test".into(),
+            Box::new(move || Ok(sizes.next().unwrap_or_else(|| panic!("{n} checks at most")))),
+        )
+        .expect("the checks start");
+    backend.capacity()
+}
+
+/// Waits (10 s at most) until `n` capacity checks are done.
+fn checks_done(cap: &crate::frontend::capacity::CapacityStatus, n: u64) {
+    let t = Instant::now();
+    while cap.checks.load(Relaxed) < n {
+        assert!(t.elapsed() < Duration::from_secs(10), "{n} checks not done");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_grown_lun_reaches_the_vmm_as_a_configuration_change_and_the_guest_reads_the_new_size() {
     let dir = scratch("vhost-resize");
@@ -398,15 +424,8 @@ fn a_grown_lun_reaches_the_vmm_as_a_configuration_change_and_the_guest_reads_the
     f.set_mem_table(&[region(0, 1 << 20, &mem, 0)])
         .expect("a memory table");
     // the LUN doubled: 2 MiB, then asked again, still 2 MiB
-    let mut sizes = vec![capacity(4096), capacity(4096)].into_iter();
-    backend
-        .watch_capacity(
-            "test".into(),
-            Box::new(move || Ok(sizes.next().expect("two checks"))),
-        )
-        .expect("the checks start");
-    let cap = backend.capacity();
-    cap.check.store(true, std::sync::atomic::Ordering::Relaxed);
+    let cap = watched(&backend, vec![capacity(4096), capacity(4096)]);
+    cap.check.store(true, Relaxed);
     ours.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("a timeout");
     let mut msg = [0u8; 12];
@@ -422,12 +441,8 @@ fn a_grown_lun_reaches_the_vmm_as_a_configuration_change_and_the_guest_reads_the
         .expect("GET_CONFIG");
     assert_eq!(u64::from_le_bytes(cfg[..8].try_into().unwrap()), 4096);
     // unchanged: the second check tells the VMM nothing
-    cap.check.store(true, std::sync::atomic::Ordering::Relaxed);
-    let t = Instant::now();
-    while cap.checks.load(std::sync::atomic::Ordering::Relaxed) < 2 {
-        assert!(t.elapsed() < Duration::from_secs(10), "no second check");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    cap.check.store(true, Relaxed);
+    checks_done(&cap, 2);
     ours.set_nonblocking(true).expect("non-blocking");
     let more = std::io::Read::read(&mut ours, &mut msg);
     assert!(
@@ -446,20 +461,9 @@ fn a_backend_channel_that_is_not_a_unix_socket_is_never_written_to() {
     let mut f = negotiate_protocol(&sock, 1, wanted);
     let file = guest_file(&dir, "not-a-socket", 0);
     let _ = f.set_backend_request_fd(&file);
-    let mut sizes = vec![capacity(4096)].into_iter();
-    backend
-        .watch_capacity(
-            "test".into(),
-            Box::new(move || Ok(sizes.next().expect("one check"))),
-        )
-        .expect("the checks start");
-    let cap = backend.capacity();
-    cap.check.store(true, std::sync::atomic::Ordering::Relaxed);
-    let t = Instant::now();
-    while cap.checks.load(std::sync::atomic::Ordering::Relaxed) < 1 {
-        assert!(t.elapsed() < Duration::from_secs(10), "no check");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let cap = watched(&backend, vec![capacity(4096)]);
+    cap.check.store(true, Relaxed);
+    checks_done(&cap, 1);
     let len = std::fs::metadata(dir.join("not-a-socket")).unwrap().len();
     assert_eq!(
         len, 0,
