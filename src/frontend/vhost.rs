@@ -33,7 +33,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::message::{FrontendReq, VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost::vhost_user::{BackendReqHandler, Error as VhostUserError, Listener};
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
@@ -266,13 +266,21 @@ impl<C: Connect> Backend<C> {
     }
 
     /// Looks at the connection's next message before the request handler takes it, keeping the
-    /// backend channel a SET_BACKEND_REQ_FD gives ([`backend_req`]).
+    /// backend channel a SET_BACKEND_REQ_FD gives ([`backend_req`]); each message's name is in
+    /// the debug log (the control path only: no message comes per I/O).
     fn look_at_next_message(&self, sock: &UnixStream) {
-        match backend_req::peek_backend_channel(sock) {
-            Ok(Some(ch)) => {
-                *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = Some(ch);
+        match backend_req::peek(sock) {
+            Ok(p) => {
+                if let Some(r) = p.request {
+                    match FrontendReq::try_from(r) {
+                        Ok(req) => tracing::debug!("the VMM sends {req:?}"),
+                        Err(_) => tracing::debug!("the VMM sends request {r}, unknown"),
+                    }
+                }
+                if let Some(ch) = p.channel {
+                    *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = Some(ch);
+                }
             }
-            Ok(None) => {}
             // the handler meets the same error on its read and ends the connection
             Err(e) => tracing::debug!("looking at the VMM's next message: {e}"),
         }
@@ -393,23 +401,36 @@ impl<C: Connect> Backend<C> {
         let Some(out) = self.outstanding.get(q) else {
             return;
         };
+        let n = out.load(Relaxed);
+        if n == 0 {
+            return;
+        }
+        tracing::debug!("queue {q}: the ring stops: waiting for {n} request(s) the target has");
         let deadline = Instant::now() + Duration::from_secs(60);
         while out.load(Relaxed) > 0 && Instant::now() < deadline {
             self.pass(q, vring);
             // each pass ends with the completion channel armed and the next deadline on the timer
             self.worker(q).wait(DRAIN_WAIT_MS);
         }
+        match out.load(Relaxed) {
+            0 => tracing::debug!("queue {q}: the target answered what it had"),
+            n => tracing::warn!(
+                "queue {q}: {n} request(s) still with the target after a minute; going on \
+                 without waiting for them"
+            ),
+        }
     }
 
-    /// One pass of queue `q`'s worker over its ring (the memory table lent first when it moved).
-    fn pass(&self, q: usize, vring: &Vring) {
+    /// One pass of queue `q`'s worker over its ring (the memory table lent first when it moved);
+    /// returns how long until its path has timed work.
+    fn pass(&self, q: usize, vring: &Vring) -> Option<Duration> {
         let gen = self.mem.gen.load(Relaxed);
         let mut w = self.worker(q);
         let mem = w.needs_memory(gen).then(|| {
             let m = self.mem.mem.lock().unwrap_or_else(|e| e.into_inner());
             (gen, m.clone())
         });
-        w.pass(vring, mem);
+        w.pass(vring, mem)
     }
 }
 
@@ -438,6 +459,7 @@ where
             Ok(None) => continue,
             Err(e) => return Err(err(format!("accepting a VMM: {e}"))),
         };
+        tracing::info!("a VMM connected to {}", path.display());
         // no memory table until the VMM sends its own, no backend channel until it gives one
         *backend.mem.mem.lock().unwrap_or_else(|e| e.into_inner()) = None;
         backend.mem.gen.fetch_add(1, Relaxed);
@@ -458,7 +480,7 @@ where
         *backend.channel.lock().unwrap_or_else(|e| e.into_inner()) = None;
         match ended {
             VhostUserError::Disconnected | VhostUserError::PartialMessage => {
-                tracing::info!("the VMM disconnected from {}", path.display())
+                tracing::info!("the VMM disconnected from {} ({ended})", path.display())
             }
             e => tracing::warn!("the VMM's connection on {} ended: {e}", path.display()),
         }

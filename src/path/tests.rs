@@ -885,3 +885,41 @@ fn an_abandoned_pool_write_gives_its_span_back_and_what_waited_goes() {
     assert_eq!(granted, [2], "the other device's write got the room back");
     assert_eq!(p.busy(), 0, "no reservation is left waiting");
 }
+
+#[test]
+fn a_login_that_fails_at_once_is_followed_by_the_next_attempt() {
+    let c = FakeConnect::default();
+    let mut p = path(&c);
+    let t0 = Instant::now();
+    let ms = |m: u64| t0 + Duration::from_millis(m);
+    read_unanswered(&mut p);
+    break_channel(&mut p);
+    service(&mut p, ms(0));
+    assert!(!p.is_up());
+    // the reconnect's login goes down again at once (its first IU is malformed)
+    service(&mut p, ms(1000));
+    assert_eq!(c.attempts.get(), 1);
+    break_channel(&mut p);
+    let mut seen = Vec::new();
+    for at in [1000, 1050, 1500, 2000, 2050] {
+        service(&mut p, ms(at));
+        seen.push((at, c.attempts.get(), p.is_up()));
+        if !p.is_up() {
+            assert_eq!(
+                p.next_tick_in(),
+                Some(DOWN_TICK),
+                "a down path wants its next tick"
+            );
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            (1000, 1, false),
+            (1050, 1, false),
+            (1500, 1, false),
+            (2000, 2, true),
+            (2050, 2, true)
+        ]
+    );
+}

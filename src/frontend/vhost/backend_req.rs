@@ -32,11 +32,19 @@ struct Header {
 }
 const _: () = assert!(std::mem::size_of::<Header>() == 12);
 
-/// Looks at the next message on the connection `sock` without taking it: the backend channel's
-/// descriptor when it is SET_BACKEND_REQ_FD, `None` otherwise (the handler then reads the message
-/// and answers it, or ends the connection over it, as it does without the look). Blocks until a
-/// message (or the end of the connection) comes.
-pub(super) fn peek_backend_channel(sock: &UnixStream) -> std::io::Result<Option<UnixStream>> {
+/// What a look at the connection's next message found.
+pub(super) struct Peeked {
+    /// The message's request code (`None`: the connection ended, or less than a header came).
+    pub request: Option<u32>,
+    /// The backend channel, when the message is SET_BACKEND_REQ_FD with a unix stream socket.
+    pub channel: Option<UnixStream>,
+}
+
+/// Looks at the next message on the connection `sock` without taking it: its request code, and
+/// the backend channel's descriptor when it is SET_BACKEND_REQ_FD (the handler then reads the
+/// message and answers it, or ends the connection over it, as it does without the look). Blocks
+/// until a message (or the end of the connection) comes.
+pub(super) fn peek(sock: &UnixStream) -> std::io::Result<Peeked> {
     let mut hdr = [0u8; std::mem::size_of::<Header>()];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
@@ -53,11 +61,11 @@ pub(super) fn peek_backend_channel(sock: &UnixStream) -> std::io::Result<Option<
             fds.extend(rights);
         }
     }
-    if got.bytes < hdr.len() {
-        return Ok(None);
-    }
-    let is_channel = Header::read_from_bytes(&hdr)
-        .is_ok_and(|h| h.request == u32::from(FrontendReq::SET_BACKEND_REQ_FD));
+    let request = Header::read_from_bytes(&hdr)
+        .ok()
+        .filter(|_| got.bytes == hdr.len())
+        .map(|h| h.request);
+    let is_channel = request == Some(u32::from(FrontendReq::SET_BACKEND_REQ_FD));
     let channel = match (is_channel, fds.len()) {
         (true, 1) => fds.pop().filter(is_unix_stream).map(UnixStream::from),
         _ => None,
@@ -66,7 +74,7 @@ pub(super) fn peek_backend_channel(sock: &UnixStream) -> std::io::Result<Option<
     if let Some(c) = &channel {
         c.set_write_timeout(Some(WRITE_TIMEOUT))?;
     }
-    Ok(channel)
+    Ok(Peeked { request, channel })
 }
 
 /// Whether `fd` is a unix stream socket, as the backend channel must be (vhost's handler refuses

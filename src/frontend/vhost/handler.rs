@@ -206,12 +206,15 @@ where
     }
 }
 
-/// A ring's thread: a pass of its worker at each kick (while the ring is enabled) and each time
-/// the worker's own fd is ready, until the exit event.
+/// A ring's thread: a pass of its worker at each kick (while the ring is enabled), each time the
+/// worker's own fd is ready and when its path's timed work is due, until the exit event. The
+/// deadline is the wait's own timeout as well as the worker's timer: the down steps of a channel
+/// (reconnect, fast_io_fail) never wait on one wake-up alone.
 fn run<C: Connect>(backend: &Backend<C>, q: usize, vring: &Vring, epoll: &Epoll) {
     let mut evs = [EpollEvent::default(); 4];
+    let mut timeout = -1;
     loop {
-        let n = match epoll.wait(-1, &mut evs) {
+        let n = match epoll.wait(timeout, &mut evs) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
@@ -219,7 +222,8 @@ fn run<C: Connect>(backend: &Backend<C>, q: usize, vring: &Vring, epoll: &Epoll)
                 return;
             }
         };
-        let mut pass = false;
+        // nothing ready: the deadline came
+        let mut pass = n == 0;
         for e in &evs[..n] {
             match e.data() {
                 ID_EXIT => return,
@@ -228,7 +232,9 @@ fn run<C: Connect>(backend: &Backend<C>, q: usize, vring: &Vring, epoll: &Epoll)
             }
         }
         if pass {
-            backend.pass(q, vring);
+            timeout = backend
+                .pass(q, vring)
+                .map_or(-1, |d| d.as_millis().clamp(1, i32::MAX as u128) as i32);
         }
     }
 }
@@ -392,8 +398,19 @@ where
     }
 
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
-        self.vring(u32::from(index))?.set_kick(fd);
-        self.start_if_ready(usize::from(index))
+        let q = usize::from(index);
+        let vring = self.vring(u32::from(index))?.clone();
+        // the old kick leaves the epoll before its file closes: the new one may get its number,
+        // and would then look watched already
+        if let Some(old) = self.threads[q].kick.take() {
+            let t = &self.threads[q];
+            let _ = t
+                .epoll
+                .ctl(ControlOperation::Delete, old, EpollEvent::default());
+        }
+        vring.set_kick(fd);
+        self.start_if_ready(q)?;
+        self.update_kick(q)
     }
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {

@@ -257,12 +257,13 @@ impl<C: Connect> Worker<C> {
     }
 
     /// One pass: what woke the worker, the guest's new requests, the path's completions; then
-    /// what wakes it next. `mem`: a memory table to lend first (with its generation).
+    /// what wakes it next. `mem`: a memory table to lend first (with its generation). Returns how
+    /// long until the path has timed work (also on the worker's timer).
     pub(super) fn pass(
         &mut self,
         vring: &Vring,
         mem: Option<(u64, Option<Arc<GuestMemoryMmap<()>>>)>,
-    ) {
+    ) -> Option<Duration> {
         let woken = self.drain_epoll();
         self.path.woke(woken);
         if let Some(m) = mem {
@@ -271,22 +272,23 @@ impl<C: Connect> Worker<C> {
         self.path.set_clock(clock_ms());
         self.path.tick(clock_ms());
         let mut used = false;
-        loop {
+        let deadline = loop {
             let mut progress = self.take_requests(vring, &mut used);
             progress |= self.complete(vring, &mut used);
             if !progress {
                 // a completion may land between the last poll and the arm: poll once more
-                self.arm();
+                let deadline = self.arm();
                 if !self.complete(vring, &mut used) {
-                    break;
+                    break deadline;
                 }
             }
-        }
+        };
         if used && vring.needs_notification().unwrap_or(true) {
             let _ = vring.signal_used_queue();
         }
         self.outstanding.store(self.path.busy(), Relaxed);
         self.publish();
+        deadline
     }
 
     /// Publishes the queue's counters for `srp-ublk list` and `stats`.
@@ -339,13 +341,15 @@ impl<C: Connect> Worker<C> {
         w
     }
 
-    /// Arms the completion channel and watches what [`Path::sleep`] names.
-    fn arm(&mut self) {
+    /// Arms the completion channel and watches what [`Path::sleep`] names; returns its deadline.
+    fn arm(&mut self) -> Option<Duration> {
         let s = self.path.sleep(true);
         self.watch(s);
-        if let Some(d) = s.deadline {
-            let _ = self.timer.reset(d.max(Duration::from_millis(1)), None);
+        let deadline = s.deadline.map(|d| d.max(Duration::from_millis(1)));
+        if let Some(d) = deadline {
+            let _ = self.timer.reset(d, None);
         }
+        deadline
     }
 
     /// Puts a login's fds in the epoll (those of an older login out).

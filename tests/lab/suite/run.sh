@@ -43,6 +43,7 @@ for t in "$SUITE"/[0-9]*.sh; do
     fi
     log=$LAB_OUT/suite/$name.log
     t0=$(cut -d' ' -f1 /proc/uptime)
+    touch /tmp/suite-test.start
     echo "suite: ---- $name"
     # the test runs in the background under a watchdog: a hang becomes a failure with a state dump,
     # and a long test shows its last line now and then
@@ -74,6 +75,12 @@ for t in "$SUITE"/[0-9]*.sh; do
         [ $rc = 77 ] && echo "suite: $name skipped under CI, which counts as a failure"
         echo "FAIL $name (exit $rc, ${dt}s); last lines of $log:"
         tail -n 40 "$log" | sed 's/^/    | /'
+        # the logs of the daemons the test ran, kept beside its own; their warnings shown
+        for f in $(find /run/srp-ublk/logs -name '*.log' -newer /tmp/suite-test.start 2>/dev/null); do
+            cp "$f" "$LAB_OUT/suite/$name.$(basename "$f")"
+            echo "    daemon log $(basename "$f"), its last warnings and errors:"
+            grep -E ' (WARN|ERROR) ' "$f" | tail -n 25 | cut -c1-300 | sed 's/^/    | /'
+        done
     fi
 done
 [ -n "$failed" ] && echo "suite: failed:$failed (logs under target/lab/out/suite/)"

@@ -13,6 +13,7 @@
 mkdir -p /mnt/nested /mnt/d
 mount -t 9p -o trans=virtio,version=9p2000.L nested /mnt/nested || fail "mounting the nested share"
 N=/mnt/nested
+. $N/nested.env
 modprobe loop 2>/dev/null; modprobe dm_mod 2>/dev/null
 img=/tmp/vm-lun.img
 rm -f $img; truncate -s 256M $img
@@ -73,9 +74,15 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
             [ "$w1" -gt "$w0" ] && return 0
             w0=$w1; i=$((i + 1))
         done
-        echo "---- the server's log"; tail -60 /tmp/vhost.log
-        echo "---- the VM's console"; tail -40 /tmp/inner.log; tail -20 /tmp/inner-qemu.log
+        echo "---- the server's log"; cat /tmp/vhost.log
+        echo "---- the VM's console"; tail -40 /tmp/inner.log
+        echo "---- QEMU's messages"; cat /tmp/inner-qemu.log
         srp-ublk list
+        echo "---- the server's threads"; eu-stack -p "$VPID" 2>&1 | head -150
+        for t in /proc/$VPID/task/*; do
+            echo "== $t $(cat "$t/comm") $(cat "$t/wchan") syscall $(cut -d' ' -f1 "$t/syscall")"
+        done
+        echo "---- QEMU's threads"; eu-stack -p "$QPID" 2>&1 | grep -A12 "^TID" | head -120
         fail "$1: the guest's writes did not flow within 300 s"
     }
     # a link flap (the fabric's netdev down 8 s: the channels reconnect, I/O is held) and a
@@ -90,17 +97,23 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
     # the LUN's device suspended: the target holds what the server sends, and the server is
     # killed with it outstanding; a new server starts on the socket, QEMU reconnects and gives
     # it the inflight region, and what the killed one had taken is taken again
-    dmsetup suspend lab-vm || fail "dmsetup suspend lab-vm"
-    sleep 3
-    echo "lab guest: LUN 5 suspended under fio: killing the server"
-    kill -9 $VPID; wait $VPID 2>/dev/null
-    dmsetup resume lab-vm || fail "dmsetup resume lab-vm"
-    mv /tmp/vhost.log /tmp/vhost-killed.log
-    sleep 2
-    vhost_serve $SERVE
-    echo "lab guest: the server was killed (kill -9) under fio and started again"
-    i=0; while ! grep -q "ring starts" /tmp/vhost.log && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
-    flowing "after the kill"
+    # (VM_KILLS in nested.env: that many kills in a row, to hunt a rare failure)
+    k=1
+    while [ $k -le "${VM_KILLS:-1}" ]; do
+        dmsetup suspend lab-vm || fail "dmsetup suspend lab-vm"
+        sleep 3
+        echo "lab guest: LUN 5 suspended under fio: killing the server ($k of ${VM_KILLS:-1})"
+        kill -9 $VPID; wait $VPID 2>/dev/null
+        dmsetup resume lab-vm || fail "dmsetup resume lab-vm"
+        # the first server's log has the hot-plug's memory table
+        if [ $k = 1 ]; then mv /tmp/vhost.log /tmp/vhost-killed.log; else mv /tmp/vhost.log /tmp/vhost-killed-$k.log; fi
+        sleep 2
+        vhost_serve $SERVE
+        echo "lab guest: the server was killed (kill -9) under fio and started again"
+        i=0; while ! grep -q "ring starts" /tmp/vhost.log && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+        flowing "after kill $k"
+        k=$((k + 1))
+    done
     # last, LUN 5 grows by 64 MiB (the file, the loop device, the dm table; LIO reads the new
     # size) and `srp-ublk resize --export` has the server read it and tell QEMU; the VM's fio
     # ends its run when its disk has grown

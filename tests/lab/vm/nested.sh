@@ -11,6 +11,7 @@
 # kernel's ib_srp, LUN 1's on /dev/ublkbN (tests/lab/vm/guest-nested.sh). The inner QEMU, its
 # firmware, the kernel, a small initramfs and fio come from the host through a 9p share.
 # NESTED_MODE=bench runs `just bench vm`'s rounds instead (tests/lab/bench/vm-guest.sh).
+# VM_KILLS=N kills and restarts the server N times in a row under the VM's fio (default 1).
 # Prints "vm-lab: N passed, N failed" and how long the inner VM took.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -83,6 +84,7 @@ echo "$MODE" > "$NEST/mode"
 echo "vm-lab: qemu options from docs/vm-hosts.md: $(cat "$NEST/qemu-disk-opts") and $(cat "$NEST/qemu-ublk-opts")"
 echo "vm-lab: inner VM staged in $NEST ($(du -sh "$NEST" | cut -f1))"
 script=$ROOT/tests/lab/vm/guest-nested.sh
+echo "VM_KILLS=${VM_KILLS:-1}" > "$NEST/nested.env"
 if [ "$MODE" = bench ]; then
     script=$ROOT/tests/lab/bench/vm-guest.sh
     echo "ROUNDS=${BENCH_ROUNDS:-3} SECS=${BENCH_SECS:-10}" > "$NEST/bench.env"
