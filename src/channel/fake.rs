@@ -56,6 +56,10 @@ pub struct Faults {
     /// Operation codes answered ILLEGAL REQUEST, INVALID COMMAND OPERATION CODE (a LUN that
     /// announced a command in its VPD pages and refuses it).
     pub refuse: Vec<u8>,
+    /// A malformed IU arrives as the completion channel is next armed (once), and that arm never
+    /// fires: the channel goes down between a loop's last poll and its sleep, and no completion
+    /// wakes the loop for it.
+    pub break_on_arm: bool,
 }
 
 /// The fake target.
@@ -633,6 +637,13 @@ impl Post for FakeTarget {
     }
 
     fn arm(&mut self, sends: bool) -> Result<(), TransportError> {
+        if std::mem::take(&mut self.faults.break_on_arm) {
+            // it lands just before the arm, which then never fires (as a QP's flush after the
+            // last new completion)
+            self.armed = false;
+            self.inject(vec![0xc1, 0, 0]);
+            return Ok(());
+        }
         (self.armed, self.armed_sends) = (true, sends);
         self.kick();
         Ok(())

@@ -421,16 +421,15 @@ impl<C: Connect> Backend<C> {
         }
     }
 
-    /// One pass of queue `q`'s worker over its ring (the memory table lent first when it moved);
-    /// returns how long until its path has timed work.
-    fn pass(&self, q: usize, vring: &Vring) -> Option<Duration> {
+    /// One pass of queue `q`'s worker over its ring (the memory table lent first when it moved).
+    fn pass(&self, q: usize, vring: &Vring) {
         let gen = self.mem.gen.load(Relaxed);
         let mut w = self.worker(q);
         let mem = w.needs_memory(gen).then(|| {
             let m = self.mem.mem.lock().unwrap_or_else(|e| e.into_inner());
             (gen, m.clone())
         });
-        w.pass(vring, mem)
+        w.pass(vring, mem);
     }
 }
 

@@ -206,15 +206,12 @@ where
     }
 }
 
-/// A ring's thread: a pass of its worker at each kick (while the ring is enabled), each time the
-/// worker's own fd is ready and when its path's timed work is due, until the exit event. The
-/// deadline is the wait's own timeout as well as the worker's timer: the down steps of a channel
-/// (reconnect, fast_io_fail) never wait on one wake-up alone.
+/// A ring's thread: a pass of its worker at each kick (while the ring is enabled) and each time
+/// the worker's own fd is ready, until the exit event.
 fn run<C: Connect>(backend: &Backend<C>, q: usize, vring: &Vring, epoll: &Epoll) {
     let mut evs = [EpollEvent::default(); 4];
-    let mut timeout = -1;
     loop {
-        let n = match epoll.wait(timeout, &mut evs) {
+        let n = match epoll.wait(-1, &mut evs) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
@@ -222,8 +219,7 @@ fn run<C: Connect>(backend: &Backend<C>, q: usize, vring: &Vring, epoll: &Epoll)
                 return;
             }
         };
-        // nothing ready: the deadline came
-        let mut pass = n == 0;
+        let mut pass = false;
         for e in &evs[..n] {
             match e.data() {
                 ID_EXIT => return,
@@ -232,9 +228,7 @@ fn run<C: Connect>(backend: &Backend<C>, q: usize, vring: &Vring, epoll: &Epoll)
             }
         }
         if pass {
-            timeout = backend
-                .pass(q, vring)
-                .map_or(-1, |d| d.as_millis().clamp(1, i32::MAX as u128) as i32);
+            backend.pass(q, vring);
         }
     }
 }

@@ -535,3 +535,35 @@ fn a_request_stays_marked_in_the_inflight_region_until_it_is_used() {
     assert_eq!(used_heads(&r), vec![0, 3]);
     assert!(marked(&region).is_empty());
 }
+
+#[test]
+fn a_channel_that_goes_down_as_the_worker_sleeps_wakes_it_for_the_reconnect() {
+    let mut r = rig(16);
+    // one pass, whose last poll (after the arm) finds the channel down
+    r.worker.target().faults.break_on_arm = true;
+    r.worker.pass(&r.vring, Some((1, Some(r.mem.clone()))));
+    assert!(
+        !r.worker.target().faults.break_on_arm,
+        "the channel was armed"
+    );
+    // its down steps are timed: the worker's fd turns ready for them, and a pass then logs in
+    // again (reconnect_delay 1 s) and serves
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(5) {
+        assert!(
+            r.worker.wait(200),
+            "no wake-up for the down channel's next step"
+        );
+        r.run();
+        if r.published.queues[0]
+            .reconnects
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+        {
+            break;
+        }
+    }
+    r.request(kind::IN, 0, &[(0x20_0000, 512)], true);
+    r.run();
+    assert_eq!(used_heads(&r), vec![0], "a read after the reconnect");
+}

@@ -170,9 +170,9 @@ impl<C: Connect> Worker<C> {
 
     /// Waits up to `ms` milliseconds for the worker to want a pass (its fd readable: a completion,
     /// the connection manager or a deadline), for a thread that has no ring to wait on.
-    pub(super) fn wait(&self, ms: i32) {
+    pub(super) fn wait(&self, ms: i32) -> bool {
         let mut evs = [EpollEvent::default(); 4];
-        let _ = self.epoll.wait(ms, &mut evs);
+        self.epoll.wait(ms, &mut evs).is_ok_and(|n| n > 0)
     }
 
     /// A new VMM connection: no memory table yet, and what the last one left out is answered to
@@ -257,13 +257,12 @@ impl<C: Connect> Worker<C> {
     }
 
     /// One pass: what woke the worker, the guest's new requests, the path's completions; then
-    /// what wakes it next. `mem`: a memory table to lend first (with its generation). Returns how
-    /// long until the path has timed work (also on the worker's timer).
+    /// what wakes it next. `mem`: a memory table to lend first (with its generation).
     pub(super) fn pass(
         &mut self,
         vring: &Vring,
         mem: Option<(u64, Option<Arc<GuestMemoryMmap<()>>>)>,
-    ) -> Option<Duration> {
+    ) {
         let woken = self.drain_epoll();
         self.path.woke(woken);
         if let Some(m) = mem {
@@ -272,23 +271,26 @@ impl<C: Connect> Worker<C> {
         self.path.set_clock(clock_ms());
         self.path.tick(clock_ms());
         let mut used = false;
-        let deadline = loop {
+        loop {
             let mut progress = self.take_requests(vring, &mut used);
             progress |= self.complete(vring, &mut used);
             if !progress {
-                // a completion may land between the last poll and the arm: poll once more
-                let deadline = self.arm();
-                if !self.complete(vring, &mut used) {
-                    break deadline;
+                // a completion may land between the last poll and the arm: poll once more. That
+                // poll may also take the channel down (a flushed receive), and the arm was for
+                // the login that was up: arm again, for the down steps' deadline
+                let login = (self.path.gen(), self.path.is_up());
+                self.arm();
+                let finished = self.complete(vring, &mut used);
+                if !finished && login == (self.path.gen(), self.path.is_up()) {
+                    break;
                 }
             }
-        };
+        }
         if used && vring.needs_notification().unwrap_or(true) {
             let _ = vring.signal_used_queue();
         }
         self.outstanding.store(self.path.busy(), Relaxed);
         self.publish();
-        deadline
     }
 
     /// Publishes the queue's counters for `srp-ublk list` and `stats`.
@@ -341,15 +343,13 @@ impl<C: Connect> Worker<C> {
         w
     }
 
-    /// Arms the completion channel and watches what [`Path::sleep`] names; returns its deadline.
-    fn arm(&mut self) -> Option<Duration> {
+    /// Arms the completion channel and watches what [`Path::sleep`] names.
+    fn arm(&mut self) {
         let s = self.path.sleep(true);
         self.watch(s);
-        let deadline = s.deadline.map(|d| d.max(Duration::from_millis(1)));
-        if let Some(d) = deadline {
-            let _ = self.timer.reset(d, None);
+        if let Some(d) = s.deadline {
+            let _ = self.timer.reset(d.max(Duration::from_millis(1)), None);
         }
-        deadline
     }
 
     /// Puts a login's fds in the epoll (those of an older login out).
