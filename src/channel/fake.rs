@@ -638,8 +638,8 @@ impl Post for FakeTarget {
 
     fn arm(&mut self, sends: bool) -> Result<(), TransportError> {
         if std::mem::take(&mut self.faults.break_on_arm) {
-            // it lands just before the arm, which then never fires (as a QP's flush after the
-            // last new completion)
+            // it lands just before the arm, and the arm never fires (a QP in the error state
+            // completes nothing more)
             self.armed = false;
             self.inject(vec![0xc1, 0, 0]);
             return Ok(());

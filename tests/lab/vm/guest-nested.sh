@@ -74,7 +74,11 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
             [ "$w1" -gt "$w0" ] && return 0
             w0=$w1; i=$((i + 1))
         done
+        for f in /tmp/vhost-killed*.log; do
+            echo "---- $f, the last 40 lines"; tail -40 "$f"
+        done
         echo "---- the server's log"; cat /tmp/vhost.log
+        echo "---- the VM's kernel errors"; grep -aE 'I/O error|EXT4-fs|virtio|blk_|Buffer I/O' /tmp/inner.log | head -40
         echo "---- the VM's console"; tail -40 /tmp/inner.log
         echo "---- QEMU's messages"; cat /tmp/inner-qemu.log
         srp-ublk list
