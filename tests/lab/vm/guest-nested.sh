@@ -63,14 +63,18 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
     # the faults, each once the guest's writes flow (fio's layout goes to the page cache first,
     # and a fault must find writes under way): the server's completed writes, from its queues'
     # counters (a new image counts from 0: successive samples are compared)
-    writes() {
+    # (a failed request counts as a write too: the server's I/O errors must stay 0, as no fault
+    # here lasts to fast_io_fail_tmo)
+    counter() {
         srp-ublk stats --prometheus - 2>/dev/null |
-            awk '/^srp_ublk_write_ops_total[{]export="srp",/ { s += $2 } END { printf "%d", s }'
+            awk -v m="srp_ublk_$1_total" '$1 ~ "^" m "[{]export=\"srp\"," { s += $2 } END { printf "%d", s }'
     }
+    writes() { counter write_ops; }
     flowing() {
-        i=0; w0=$(writes)
+        i=0; w0=$(writes); bad="the guest's writes did not flow within 300 s"
         while [ $i -lt 120 ]; do
-            sleep 2.5; w1=$(writes)
+            sleep 2.5; w1=$(writes); e=$(counter io_errors)
+            [ "$e" = 0 ] || { bad="the server answered $e request(s) with an I/O error"; break; }
             [ "$w1" -gt "$w0" ] && return 0
             w0=$w1; i=$((i + 1))
         done
@@ -87,7 +91,7 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
             echo "== $t $(cat "$t/comm") $(cat "$t/wchan") syscall $(cut -d' ' -f1 "$t/syscall")"
         done
         echo "---- QEMU's threads"; eu-stack -p "$QPID" 2>&1 | grep -A12 "^TID" | head -120
-        fail "$1: the guest's writes did not flow within 300 s"
+        fail "$1: $bad"
     }
     # a link flap (the fabric's netdev down 8 s: the channels reconnect, I/O is held) and a
     # target drop (LIO's target port disabled 6 s)
