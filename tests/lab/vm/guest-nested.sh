@@ -109,8 +109,17 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
     k=1
     while [ $k -le "${VM_KILLS:-1}" ]; do
         dmsetup suspend lab-vm || fail "dmsetup suspend lab-vm"
-        sleep 3
-        echo "lab guest: LUN 5 suspended under fio: killing the server ($k of ${VM_KILLS:-1})"
+        # the kill must find writes with the target (the guest's writes come in bursts): wait
+        # until queue 0 has commands out, its credits below the login's req_lim
+        lim=$(grep -o 'req_lim [0-9]*' /tmp/vhost.log | tail -1 | grep -o '[0-9]*')
+        i=0; out=0
+        while [ $i -lt 60 ]; do
+            sleep 1; i=$((i + 1))
+            c=$(srp-ublk list | awk '/^export srp /{e=1; next} e && / q0 channel / {
+                for (j = 1; j < NF; j++) if ($j == "credits") print $(j + 1); exit }')
+            [ -n "$c" ] && [ "$c" -lt "${lim:-128}" ] && { out=$((${lim:-128} - c)); break; }
+        done
+        echo "lab guest: LUN 5 suspended under fio, $out command(s) with the target: killing the server ($k of ${VM_KILLS:-1})"
         kill -9 $VPID; wait $VPID 2>/dev/null
         dmsetup resume lab-vm || fail "dmsetup resume lab-vm"
         # the first server's log has the hot-plug's memory table
