@@ -23,11 +23,14 @@ trap 'dmsetup resume lab-vm 2>/dev/null' EXIT
 lab_export_lun 5 /dev/mapper/lab-vm || fail "exporting lab-vm as LUN 5"
 # the server's ring starts and inflight region in its log too
 export SRP_UBLK_LOG=info,libublk=warn,srp_ublk::frontend::vhost=debug
-# its own initiator_ext: a second login of srp-ublk's nexus would end the ublk device's channels
-SERVE="$SRP_TARGET,initiator_ext=3 --queues 2 --lun 5"
+# its own initiator_ext: a second login of srp-ublk's nexus would end the ublk device's channels;
+# the timers of the suite's link flap tests (a reconnect every 2 s, fast_io_fail after 90 s): with
+# the defaults (10 s, 15 s) a first attempt that fails after the 8 s flap fails the guest's I/O
+TMO="--reconnect-delay 2 --fast-io-fail-tmo 90 --dev-loss-tmo 300"
+SERVE="$SRP_TARGET,initiator_ext=3 --queues 2 --lun 5 $TMO"
 vhost_serve $SERVE
 echo "lab guest: vhost-user-blk on /run/srp-ublk/vm0.sock over LUN 5 of $SRP_TARGET"
-DEV=$(ublk_add --queues 2 --lun 1) || fail "srp-ublk add --lun 1: $DEV"
+DEV=$(ublk_add --queues 2 --lun 1 $TMO) || fail "srp-ublk add --lun 1: $DEV"
 echo "lab guest: $DEV over LUN 1"
 # the documented memory size is a real VM's; this one has 256 MiB, and room for a 128 MiB DIMM
 OPTS=$(sed "s|memory-backend-memfd,id=mem,size=[^,]*|memory-backend-memfd,id=mem,size=256M|" $N/qemu-disk-opts)
@@ -64,7 +67,7 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
     # and a fault must find writes under way): the server's completed writes, from its queues'
     # counters (a new image counts from 0: successive samples are compared)
     # (a failed request counts as a write too: the server's I/O errors must stay 0, as no fault
-    # here lasts to fast_io_fail_tmo)
+    # here lasts to fast_io_fail_tmo, 90 s)
     counter() {
         srp-ublk stats --prometheus - 2>/dev/null |
             awk -v m="srp_ublk_$1_total" '$1 ~ "^" m "[{]export=\"srp\"," { s += $2 } END { printf "%d", s }'
