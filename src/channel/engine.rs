@@ -475,7 +475,7 @@ impl<T: Transport> Channel<T> {
 
     fn set_down(&mut self, reason: DownReason) {
         if self.down.is_none() {
-            tracing::warn!("SRP channel down: {reason}");
+            tracing::warn!("SRP channel down: {}", crate::Chain(&reason));
             self.down = Some(reason);
             let now = self.now;
             for e in self.tags.iter_mut().filter(|e| e.state != TagState::Idle) {

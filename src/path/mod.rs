@@ -576,7 +576,8 @@ impl<C: Connect> Path<C> {
     fn went_down(&mut self, now: Instant) -> crate::session::rport::DownStep {
         let step = self.rport.down_step(now);
         if step.went_down {
-            let why = self.ch.down().map(|d| d.to_string()).unwrap_or_default();
+            let why = self.ch.down().map(|d| crate::Chain(d).to_string());
+            let why = why.unwrap_or_default();
             self.ch.transport().stop();
             self.ch.set_hold(true);
             tracing::warn!(
@@ -661,7 +662,10 @@ impl<C: Connect> Path<C> {
             }
         };
         let (stage, area) = (&self.stage, self.bufs.area_region());
-        let data = fresh_reg.as_ref().map_or(&self.data, |(_, d)| d);
+        let (own, data) = (
+            &self.data,
+            fresh_reg.as_ref().map_or(&self.data, |(_, d)| d),
+        );
         let loan_keys = self.loan_rekeys(&fresh_loan);
         let old = self.ch.reconnect(f.t, f.req_lim, f.max_imm, &mut |tag, b| {
             if let Some(&(_, n)) = loan_keys.iter().find(|(old, _)| *old == b.lkey) {
@@ -670,6 +674,11 @@ impl<C: Connect> Path<C> {
                     rkey: n.rkey,
                     ..b
                 };
+            }
+            // lent memory the new login adopted keeps its keys: only the path's own buffers
+            // take their region's keys of the new login
+            if !own.iter().any(|d| d.lkey == b.lkey) {
+                return b;
             }
             match stage.region(tag, area).and_then(|i| data.get(i)) {
                 Some(n) => DataBuf {

@@ -727,8 +727,9 @@ fn a_lun_that_refuses_write_same_is_zeroed_by_zero_writes_from_tag_or_pool_buffe
 }
 
 /// Memory a front end lends is registered with the channel's, kept over a reconnect through the
-/// same device, registered again through another (new keys, the loan's generation moves), and a
-/// command held over that reconnect goes to the new keys.
+/// same device (a command held over it keeps the loan's keys: its data lands in the lent memory),
+/// registered again through another (new keys, the loan's generation moves), and a command held
+/// over that reconnect goes to the new keys.
 #[test]
 fn lent_memory_follows_the_device_and_held_segments_are_rekeyed() {
     let c = FakeConnect::default();
@@ -757,12 +758,32 @@ fn lent_memory_follows_the_device_and_held_segments_are_rekeyed() {
     // SAFETY: the read completed; nothing else refers to the guest's memory
     let got = unsafe { lent.dma_read(descs[1].addr, 2048) }.unwrap();
     assert!(got.iter().all(|&b| b == 0x77));
-    // the same device: the loan stays registered, its keys unchanged
+    // the same device: the loan stays registered, its keys unchanged, and a read on it held
+    // over the reconnect is re-issued to the same keys (not to the tag's own buffer)
+    write(&mut p, 1, 0, 0x5c, t0);
+    p.ch.transport().faults.hold_rsps = true;
+    p.submit_segments(
+        3,
+        LUN,
+        crate::wire::scsi::Cdb::read16(0, 8, false),
+        false,
+        &segs,
+    )
+    .expect("submitted");
+    service(&mut p, t0);
     break_channel(&mut p);
     service(&mut p, t0);
-    service(&mut p, t0 + Duration::from_secs(1));
+    let (done, _) = service(&mut p, t0 + Duration::from_secs(1));
     assert_eq!((p.reconnects(), p.loan_gen()), (1, gen));
     assert_eq!(p.loan().unwrap().1, &descs[..]);
+    assert_eq!(
+        done.iter().map(|d| (d.0, d.1)).collect::<Vec<_>>(),
+        [(3, 0)],
+        "the held read on the loan"
+    );
+    // SAFETY: the read completed; nothing else refers to the guest's memory
+    let got = unsafe { lent.dma_read(descs[1].addr, 2048) }.unwrap();
+    assert!(got.iter().all(|&b| b == 0x5c), "the re-issued read's data");
     // another device, with a read on the loan held over the reconnect
     p.ch.transport().faults.hold_rsps = true;
     p.submit_segments(

@@ -16,7 +16,7 @@ pub enum DownReason {
     #[error("malformed IU from the target: {0}")]
     Malformed(#[source] WireError),
     /// Posting or polling failed.
-    #[error("transport failure: {0}")]
+    #[error("transport failure")]
     Transport(#[source] TransportError),
     /// A work request completed in error (flushed after a disconnect or a QP error, retries
     /// exceeded, ...).
