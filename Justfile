@@ -53,7 +53,7 @@ fmt-check:
 # clippy on every target, warnings are errors
 clippy: deps
     cargo clippy --locked --all-targets -- -D warnings
-    cargo clippy --locked --all-targets --features lab-target -- -D warnings
+    cargo clippy --locked --all-targets --features lab-target,test-utils -- -D warnings
 
 # unit, property and host integration tests
 unit: deps
@@ -71,8 +71,10 @@ lab-pair FILE: build
 lab-test: build
     bash {{lab}} test
 
-# a QEMU guest whose virtio-blk disk is srp-ublk's NBD export (docs/vm-hosts.md's options), read back
+# a QEMU guest with srp-ublk's NBD export as its virtio-blk disk (docs/vm-hosts.md's options) and a
+# vhost-user-blk disk over the fake target (QEMU's defaults), both read back
 vm-test: build
+    cargo build --locked --example vhost_fake --features test-utils
     bash tests/lab/vm/run.sh
 
 # a VM inside the lab guest (QEMU under QEMU, both TCG: ~6 min) with two disks: LUN 0 through

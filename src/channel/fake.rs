@@ -21,46 +21,11 @@ use crate::wire::srp::{
 use crate::wire::target::RkeyScope;
 use std::collections::VecDeque;
 
+mod faults;
 mod fds;
 mod scsi;
 
-/// Faults to inject.
-#[derive(Clone, Debug, Default)]
-pub struct Faults {
-    /// Deliver responses before the SEND completion of their command (gotcha 9).
-    pub rsp_before_send: bool,
-    /// Credits returned per response (default 1 when `None`).
-    pub delta_per_rsp: Option<i32>,
-    /// Fail the next N commands with this (sense key, asc, ascq) as CHECK CONDITION.
-    pub check_condition: VecDeque<(u8, u8, u8)>,
-    /// Drop the response to the next command (a lost response).
-    pub drop_next_rsp: bool,
-    /// Hold responses (not delivered until [`FakeTarget::release_held`]).
-    pub hold_rsps: bool,
-    /// Answers to the next task management requests: `Some(code)` responds with that response
-    /// code, `None` leaves it unanswered; when empty, every request completes (code 0).
-    pub tmf_answers: VecDeque<Option<u8>>,
-    /// Answer the next N commands with BUSY.
-    pub busy_next: u32,
-    /// Never deliver the SEND completion of the next send.
-    pub drop_next_send_wc: bool,
-    /// Hold SEND completions (not delivered until [`FakeTarget::release_send_wcs`]).
-    pub hold_send_wcs: bool,
-    /// The next chain's post fails at this work request (0 = the first): the ones before it go,
-    /// it and the rest do not (`ibv_post_send`'s `bad_wr`).
-    pub fail_post_at: Option<usize>,
-    /// The local link is down: [`Login::link_down`] says so.
-    pub link_down: bool,
-    /// The RDMA device is being removed: [`Login::release_if_removed`] releases the login.
-    pub removed: bool,
-    /// Operation codes answered ILLEGAL REQUEST, INVALID COMMAND OPERATION CODE (a LUN that
-    /// announced a command in its VPD pages and refuses it).
-    pub refuse: Vec<u8>,
-    /// A malformed IU arrives as the completion channel is next armed (once), and that arm never
-    /// fires: the channel goes down between a loop's last poll and its sleep, and no completion
-    /// wakes the loop for it.
-    pub break_on_arm: bool,
-}
+pub use faults::Faults;
 
 /// The fake target.
 pub struct FakeTarget {
@@ -123,6 +88,8 @@ pub struct FakeTarget {
     next_window_key: u32,
     /// Real fds to sleep on ([`FakeTarget::with_fds`]).
     fds: Option<Box<fds::Fds>>,
+    /// The disk's file, in place of [`FakeTarget::disk`] ([`FakeTarget::with_file`]).
+    file: Option<std::fs::File>,
 }
 
 /// Tag buffers registered on a fake device: their first key and memory.
@@ -190,6 +157,7 @@ impl FakeTarget {
             max_segs: 16,
             next_window_key: WINDOW_KEY_BASE,
             fds: None,
+            file: None,
         }
     }
 
@@ -239,6 +207,7 @@ impl FakeTarget {
             self.recv.len() as u16,
         );
         t.disk = std::mem::take(&mut self.disk);
+        t.file = self.file.take();
         t.bufs = std::mem::take(&mut self.bufs);
         // keys are never reused: a late access with an old registration's key fails
         t.next_tag_key = self.next_tag_key;

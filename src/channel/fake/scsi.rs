@@ -1,9 +1,12 @@
 //! What the fake target does with a command: READ(16) into the initiator's buffers, WRITE(16),
-//! WRITE SAME(16) and UNMAP from them, through direct or inline indirect descriptors.
+//! WRITE SAME(16) and UNMAP from them, through direct or inline indirect descriptors; against its
+//! RAM disk or a file.
 
 use super::{sense, FakeTarget};
 use crate::wire::scsi::cdb::op;
 use crate::wire::srp::{DataDesc, DirectBuf, SrpCmd};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 
 /// The buffers a data descriptor names, in order: a direct one, or an indirect one's inline
 /// descriptors (whose table must be inline whole, as LIO's ib_srpt wants); None for none or an
@@ -26,6 +29,44 @@ pub(super) fn direct_bufs(d: &DataDesc<'_>) -> Option<Vec<DirectBuf>> {
 }
 
 impl FakeTarget {
+    /// This target with `file` for its disk instead of a RAM disk: targets given the same file
+    /// (one per queue, each its own handle) reach the same blocks, as a LUN's channels do, and
+    /// what was written is in the file afterwards.
+    pub fn with_file(mut self, file: std::fs::File) -> Self {
+        self.file = Some(file);
+        self
+    }
+
+    /// The disk's length in bytes.
+    fn disk_len(&self) -> u64 {
+        match &self.file {
+            Some(f) => f.metadata().map_or(0, |m| m.len()),
+            None => self.disk.len() as u64,
+        }
+    }
+
+    /// Bytes `r` of the disk; None when its file cannot be read.
+    fn disk_read(&self, r: Range<usize>) -> Option<Vec<u8>> {
+        match &self.file {
+            Some(f) => {
+                let mut b = vec![0; r.len()];
+                f.read_exact_at(&mut b, r.start as u64).ok().map(|_| b)
+            }
+            None => Some(self.disk[r].to_vec()),
+        }
+    }
+
+    /// Writes `data` at byte `at` of the disk; false when its file cannot be written.
+    fn disk_write(&mut self, at: usize, data: &[u8]) -> bool {
+        match &self.file {
+            Some(f) => f.write_all_at(data, at as u64).is_ok(),
+            None => {
+                self.disk[at..at + data.len()].copy_from_slice(data);
+                true
+            }
+        }
+    }
+
     /// A 16-byte CDB's LBA and block count.
     fn lba_blocks(cdb: &[u8]) -> (u64, u32) {
         let lba = u64::from_be_bytes(cdb[2..10].try_into().expect("8 bytes"));
@@ -34,10 +75,10 @@ impl FakeTarget {
     }
 
     /// The disk's byte range of `n` blocks at `lba`, if they are on the disk.
-    fn range(&self, lba: u64, n: u32) -> Option<std::ops::Range<usize>> {
+    fn range(&self, lba: u64, n: u32) -> Option<Range<usize>> {
         let bs = u64::from(self.block);
         let end = (lba + u64::from(n)) * bs;
-        (end <= self.disk.len() as u64).then(|| (lba * bs) as usize..end as usize)
+        (end <= self.disk_len()).then(|| (lba * bs) as usize..end as usize)
     }
 
     /// READ(16): the blocks RDMA-written to the initiator's buffer, then GOOD.
@@ -49,8 +90,11 @@ impl FakeTarget {
         let Some(descs) = direct_bufs(&c.data_in) else {
             return self.respond(c.tag, 2, &sense(5, 0x24, 0), 0, 0);
         };
+        let Some(blocks) = self.disk_read(r) else {
+            return self.respond(c.tag, 2, &sense(3, 0x11, 0), 0, 0);
+        };
         // the blocks go into the descriptors in order, each filled before the next
-        let mut data = &self.disk[r].to_vec()[..];
+        let mut data = &blocks[..];
         for d in descs {
             let n = (d.len as usize).min(data.len());
             if !self.dma_write(d.key, d.va, d.len, &data[..n]) {
@@ -89,14 +133,13 @@ impl FakeTarget {
             return self.respond(c.tag, 2, &sense(5, 0x21, 0), 0, 0);
         };
         let bs = self.block as usize;
-        match c.cdb[0] {
-            op::WRITE_16 => self.disk[r.clone()].copy_from_slice(&data[..r.len()]),
-            op::UNMAP => self.disk[r].fill(0),
-            _ => {
-                for chunk in self.disk[r].chunks_mut(bs) {
-                    chunk.copy_from_slice(&data[..bs]);
-                }
-            }
+        let blocks = match c.cdb[0] {
+            op::WRITE_16 => data[..r.len()].to_vec(),
+            op::UNMAP => vec![0; r.len()],
+            _ => data[..bs].repeat(r.len() / bs),
+        };
+        if !self.disk_write(r.start, &blocks) {
+            return self.respond(c.tag, 2, &sense(3, 0x0c, 0), 0, 0);
         }
         self.respond(c.tag, 0, &[], 0, 0)
     }
