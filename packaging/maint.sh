@@ -3,8 +3,8 @@
 # (postinst, prerm, postrm) and the RPM scriptlets (%post, %preun, %postun). What they do:
 #  - install or upgrade: systemd and udev learn of the units and rules; nothing is enabled or
 #    started (the administrator attaches targets: systemctl enable --now srp-ublk@NAME); on an
-#    upgrade, daemons already running re-execute the new binary (`srp-ublk upgrade --all`: their
-#    devices pause, no I/O error);
+#    upgrade, daemons and vhost-user-blk export servers already running re-execute the new binary
+#    (`srp-ublk upgrade --all`: their devices and VMs' disks pause, no I/O error);
 #  - removal: refused while devices are attached or exports served (the disks would go from under
 #    whatever uses them); an upgrade goes on;
 #  - purge (Debian) or erase (RPM, which has no separate purge): the units' enabled instances, the
@@ -18,7 +18,7 @@ reload() {
 }
 
 hand_over() {
-    if [ "$(srp-ublk list 2>/dev/null | grep -c '^/dev/ublkb')" -gt 0 ]; then
+    if [ "$(srp-ublk list 2>/dev/null | grep -cE '^/dev/ublkb|^export .*vhost-user-blk')" -gt 0 ]; then
         srp-ublk upgrade --all || echo "srp-ublk: the running daemons still run the old binary; 'srp-ublk upgrade --all' moves them (the reason it failed is above)" >&2
     fi
 }

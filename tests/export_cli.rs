@@ -1,6 +1,7 @@
-//! `srp-ublk resize --export` against a real export (an NBD server of the `mem:` backend): it
-//! refuses what it cannot do, saying why and what to do instead (an NBD client reads the size when
-//! it connects), and SIGHUP and SIGUSR2 leave an NBD server serving, with a log line saying why.
+//! `srp-ublk resize --export` and `upgrade --export` against a real export (an NBD server of the
+//! `mem:` backend): they refuse what they cannot do, saying why and what to do instead (an NBD
+//! client reads the size when it connects, and a kernel client does not reconnect), and SIGHUP
+//! and SIGUSR2 leave an NBD server serving, with a log line saying why.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -46,7 +47,7 @@ fn server(dir: &Path, log: &Path) -> Child {
 }
 
 #[test]
-fn resize_of_an_nbd_export_says_why_not_and_its_server_serves_on_through_hup_and_usr2() {
+fn resize_and_upgrade_of_an_nbd_export_say_why_not_and_its_server_serves_on() {
     let dir = std::env::temp_dir().join(format!("srp-ublk-export-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -57,10 +58,21 @@ fn resize_of_an_nbd_export_says_why_not_and_its_server_serves_on_through_hup_and
         &r,
         "export 'disk' is nbd: an NBD client reads the size when it connects",
     );
+    let u = srp_ublk(&dir, &["upgrade", "--export", "disk"]);
+    refused(
+        &u,
+        "export 'disk' is nbd: its clients would lose their connection",
+    );
     let n = srp_ublk(&dir, &["resize", "--export", "nosuch"]);
     refused(
         &n,
         "no running srp-ublk export named 'nosuch' (see `srp-ublk list`)",
+    );
+    let all = srp_ublk(&dir, &["upgrade", "--all"]);
+    let err = String::from_utf8_lossy(&all.stderr);
+    assert!(
+        err.contains("export disk (nbd) is left as it is"),
+        "upgrade --all: {err}"
     );
     // the signals themselves: logged, and the server serves on
     let pid = nix::unistd::Pid::from_raw(srv.id() as i32);
@@ -71,7 +83,7 @@ fn resize_of_an_nbd_export_says_why_not_and_its_server_serves_on_through_hup_and
     });
     nix::sys::signal::kill(pid, nix::sys::signal::SIGUSR2).unwrap();
     wait_for("SIGUSR2 line", || {
-        logged("SIGUSR2: an export is not re-executed in place")
+        logged("SIGUSR2: not re-executed: an NBD export's kernel clients cannot reconnect")
     });
     assert!(srv.try_wait().unwrap().is_none(), "the server ended");
     srv.kill().unwrap();

@@ -1,8 +1,8 @@
 //! An export's state file (`/run/srp-ublk/exports/PID.json`, see [`ExportState`]): written once
 //! the server listens, refreshed every 2 s with its connections and its queues' counters, removed
 //! when SIGTERM or SIGINT stops the server. And SIGHUP: a capacity check where the export has them
-//! (vhost-user-blk; `srp-ublk resize --export`). SIGUSR2 (`srp-ublk upgrade`'s signal to a
-//! device's daemon) is logged and otherwise ignored: an export is restarted by its unit.
+//! (vhost-user-blk; `srp-ublk resize --export`); SIGUSR2: the installed binary re-executed in this
+//! process where the export's clients come back to it (vhost-user-blk; `srp-ublk upgrade`).
 
 use anyhow::Context;
 use nix::sys::signal::{SigSet, SIGHUP, SIGINT, SIGTERM, SIGUSR2};
@@ -10,13 +10,16 @@ use srp_ublk::frontend::capacity::CapacityStatus;
 use srp_ublk::frontend::status::ExportStatus;
 use srp_ublk::session::exports::ExportState;
 use srp_ublk::session::state::{own_unit, ProcStat, QueueState};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 /// The export's capacity checks, which SIGHUP asks for (vhost-user-blk's; none for NBD, whose
 /// clients read the size when they connect).
 static CAPACITY: OnceLock<Arc<CapacityStatus>> = OnceLock::new();
+
+/// Whether SIGUSR2 re-executes the server ([`upgrade_on_usr2`]).
+static UPGRADES: AtomicBool = AtomicBool::new(false);
 
 /// Whether a stop signal is removing the state file: the refresh then writes no more (held while
 /// the file is written or removed, so that a write cannot put it back after the removal).
@@ -27,8 +30,8 @@ fn stopping() -> std::sync::MutexGuard<'static, bool> {
 }
 
 /// Makes SIGTERM and SIGINT remove the export's state file before they end the process as they
-/// would have, SIGHUP ask for a capacity check ([`check_capacity_on_hup`]) and SIGUSR2 say that an
-/// export is not re-executed: blocks them in this thread and every thread it starts
+/// would have, SIGHUP ask for a capacity check ([`check_capacity_on_hup`]) and SIGUSR2 re-execute
+/// the server ([`upgrade_on_usr2`]): blocks them in this thread and every thread it starts
 /// afterwards (call it before the server starts any) and waits for them on a thread of its own,
 /// from now on (a stop during the login is not held up by it).
 pub fn stop_removes_state() -> anyhow::Result<()> {
@@ -90,13 +93,61 @@ fn hup() {
     }
 }
 
-/// SIGUSR2: not re-executed in place (an export is restarted by its unit).
+/// SIGUSR2 (`srp-ublk upgrade`): the installed binary, with this server's arguments, in place of
+/// this image (same pid; every descriptor but the standard ones closed with the old image, see
+/// [`close_on_exec`]). A
+/// vhost-user-blk VMM reconnects to the new image and gives it the inflight region: the requests
+/// the old image took and did not answer are taken again. Returns only if that failed.
 fn usr2() {
+    if !UPGRADES.load(Relaxed) {
+        return tracing::warn!(
+            "SIGUSR2: not re-executed: an NBD export's kernel clients cannot reconnect (restart \
+             it, `systemctl restart`, when its clients can), a vhost-user-blk export is re-executed \
+             only once it serves"
+        );
+    }
+    let exe = match super::add::installed_binary() {
+        Ok(e) => e,
+        Err(e) => return tracing::error!("upgrade refused: {e:#}; this image goes on serving"),
+    };
     tracing::warn!(
-        "SIGUSR2: an export is not re-executed in place: restart it (`systemctl restart \
-         srp-ublk-serve@NAME`; a vhost-user-blk VMM reconnects and its requests are taken again, an \
-         NBD client must reconnect by itself)"
+        "upgrade: the export goes over to the binary at {} (same pid {}); its VMM reconnects",
+        exe.display(),
+        std::process::id()
     );
+    close_on_exec();
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    tracing::error!(
+        "upgrade refused: exec {}: {err}; this image goes on serving",
+        exe.display()
+    );
+}
+
+/// Marks every descriptor but the standard ones close-on-exec. The vhost crate receives the VMM's
+/// descriptors (the guest's memory, the inflight region, the rings' eventfds, the backend channel)
+/// without MSG_CMSG_CLOEXEC: a new image would keep them open, the guest's memory with them (still
+/// held after the VM is gone) and the old backend channel, which QEMU would not see close.
+fn close_on_exec() {
+    use nix::fcntl::{fcntl, FcntlArg::F_SETFD, FdFlag};
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return tracing::warn!("/proc/self/fd unreadable: the new image may inherit descriptors");
+    };
+    let fds = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok());
+    for fd in fds.filter(|&fd| fd > 2) {
+        // the list's own descriptor among them: marked too, harmless
+        let _ = fcntl(fd, F_SETFD(FdFlag::FD_CLOEXEC));
+    }
+}
+
+/// Has SIGUSR2 re-execute the server: for an export whose clients reconnect and lose nothing
+/// (vhost-user-blk with QEMU's inflight region).
+pub fn upgrade_on_usr2() {
+    UPGRADES.store(true, Relaxed);
 }
 
 /// Has SIGHUP ask `capacity` for a check, and the state file show its size and counters.
@@ -131,6 +182,7 @@ pub fn base(name: &str, kind: &str, listen: String, status: &ExportStatus) -> Ex
         pid_start: ProcStat::own().map(|p| p.start),
         version: super::VERSION.to_string(),
         unit: own_unit(),
+        image_started: now_ms(),
         queues: (0..status.queues.len())
             .map(|q| QueueState {
                 qid: q as u16,

@@ -104,6 +104,7 @@ pub fn run(a: &ServeArgs, socket: &std::path::Path) -> anyhow::Result<()> {
         )
         .context("starting the capacity checks")?;
     super::exported::check_capacity_on_hup(backend.capacity());
+    super::exported::upgrade_on_usr2();
     let status = backend.status();
     let listen = socket.display().to_string();
     let state = ExportState {

@@ -395,9 +395,9 @@ impl<C: Connect> Backend<C> {
 
     /// Serves queue `q`'s completions until it has nothing with the target (a minute at most):
     /// the VMM stops the ring (GET_VRING_BASE, which must come after the ring's last used
-    /// entry), or a new connection is to take over the guest's buffers. `vring` is not taken
-    /// from: it is stopped, or not started yet.
-    fn drain(&self, q: usize, vring: &Vring) {
+    /// entry), or a new connection is to take over the guest's buffers; `why` says which, for the
+    /// log. `vring` is not taken from: it is stopped, or not started yet.
+    fn drain(&self, q: usize, vring: &Vring, why: &str) {
         let Some(out) = self.outstanding.get(q) else {
             return;
         };
@@ -405,7 +405,7 @@ impl<C: Connect> Backend<C> {
         if n == 0 {
             return;
         }
-        tracing::debug!("queue {q}: the ring stops: waiting for {n} request(s) the target has");
+        tracing::debug!("queue {q}: {why}: waiting for {n} request(s) the target has");
         let deadline = Instant::now() + Duration::from_secs(60);
         while out.load(Relaxed) > 0 && Instant::now() < deadline {
             self.pass(q, vring);

@@ -57,6 +57,10 @@ pub struct ExportState {
     pub queues: Vec<QueueState>,
     /// What the server registered with its RDMA devices.
     pub memory: Option<crate::rdma::mem::MemCounts>,
+    /// When this image of the server started (ms since the epoch): `srp-ublk upgrade` waits for
+    /// a later one.
+    #[serde(default)]
+    pub image_started: u64,
     /// Capacity checks done (vhost-user-blk; `srp-ublk resize --export` waits for this or the
     /// failures to move).
     #[serde(default)]

@@ -94,7 +94,7 @@ where
                 w.new_connection();
                 w.fd()
             };
-            backend.drain(q, &vring);
+            backend.drain(q, &vring, "a new VMM connection takes the queue");
             let epoll = Arc::new(Epoll::new()?);
             let exit = EventFd::new(EFD_NONBLOCK)?;
             let ev = |id| EpollEvent::new(EventSet::IN, id);
@@ -384,7 +384,7 @@ where
         self.vring(index)?.set_queue_ready(false);
         self.update_kick(index as usize)?;
         let vring = self.vring(index)?;
-        self.backend.drain(index as usize, vring);
+        self.backend.drain(index as usize, vring, "the ring stops");
         let next_avail = vring.queue_next_avail();
         vring.set_kick(None);
         vring.set_call(None);

@@ -4,10 +4,10 @@
 # memory table), the fabric's link flaps and the target port drops, then the dm device is
 # suspended so that the target holds the writes the server sent, and the server is killed
 # (kill -9) with them outstanding; the device resumes, a new server starts, QEMU reconnects and
-# gives it the inflight region, and the new server takes the killed one's requests again; last
-# LUN 5 grows and `srp-ublk resize --export` tells QEMU: the VM sees its disk grow, and its fio
-# stops. Then the file systems and files the VM left: LUN 5's through the kernel's ib_srp, LUN 1's
-# on /dev/ublkbN.
+# gives it the inflight region, and the new server takes the killed one's requests again; then
+# `srp-ublk upgrade --export` re-executes the server under QEMU, and last LUN 5 grows and
+# `srp-ublk resize --export` tells QEMU: the VM sees its disk grow, and its fio stops. Then the
+# file systems and files the VM left: LUN 5's through the kernel's ib_srp, LUN 1's on /dev/ublkbN.
 . /usr/lib/srp-lab/suite/lib.sh
 . /usr/lib/srp-lab/setup.sh   # lab_export_lun
 mkdir -p /mnt/nested /mnt/d
@@ -64,19 +64,21 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
     echo "device_add pc-dimm,id=dimm1,memdev=hp1" > /tmp/mon.in
     echo "info memory_size_summary" > /tmp/mon.in
     # the faults, each once the guest's writes flow (fio's layout goes to the page cache first,
-    # and a fault must find writes under way): the server's completed writes, from its queues'
-    # counters (a new image counts from 0: successive samples are compared)
-    # (a failed request counts as a write too: the server's I/O errors must stay 0, as no fault
-    # here lasts to fast_io_fail_tmo, 90 s)
-    counter() {
-        srp-ublk stats --prometheus - 2>/dev/null |
-            awk -v m="srp_ublk_$1_total" '$1 ~ "^" m "[{]export=\"srp\"," { s += $2 } END { printf "%d", s }'
+    # and a fault must find writes under way): counters prints "WRITES ERRORS", the server's
+    # completed writes and I/O errors for the export, from its queues' counters (a new image
+    # counts from 0: successive samples are compared; a failed request counts as a write too: the
+    # errors must stay 0, as no fault here lasts to fast_io_fail_tmo, 90 s)
+    counters() {
+        srp-ublk stats --prometheus - 2>/dev/null | awk '
+            $1 ~ /^srp_ublk_write_ops_total[{]export="srp",/ { w += $2 }
+            $1 ~ /^srp_ublk_io_errors_total[{]export="srp",/ { e += $2 }
+            END { printf "%d %d", w, e }'
     }
-    writes() { counter write_ops; }
+    writes() { c=$(counters); echo "${c% *}"; }
     flowing() {
         i=0; w0=$(writes); bad="the guest's writes did not flow within 300 s"
         while [ $i -lt 120 ]; do
-            sleep 2.5; w1=$(writes); e=$(counter io_errors)
+            sleep 2.5; c=$(counters); w1=${c% *}; e=${c#* }
             [ "$e" = 0 ] || { bad="the server answered $e request(s) with an I/O error"; break; }
             [ "$w1" -gt "$w0" ] && return 0
             w0=$w1; i=$((i + 1))
@@ -134,6 +136,17 @@ if grep -q "inner: FIO-BEGIN" /tmp/inner.log; then
         flowing "after kill $k"
         k=$((k + 1))
     done
+    # the server upgraded in place (the same binary here): the new image serves, QEMU
+    # reconnects to it and gives it the inflight region; the new image holds the guest's memory
+    # files QEMU gave it, not the old image's too
+    memfds() { ls -l /proc/$VPID/fd | grep -c 'memfd:'; }
+    before=$(memfds)
+    srp-ublk upgrade --export srp > /tmp/upgrade.txt 2>&1 ||
+        { cat /tmp/upgrade.txt /tmp/vhost.log; fail "srp-ublk upgrade --export srp failed"; }
+    echo "lab guest: $(cat /tmp/upgrade.txt)"
+    flowing "after the upgrade"
+    [ "$(memfds)" = "$before" ] ||
+        fail "the upgraded server holds $(memfds) memfd descriptors, the image before it $before: $(ls -l /proc/$VPID/fd)"
     # last, LUN 5 grows by 64 MiB (the file, the loop device, the dm table; LIO reads the new
     # size) and `srp-ublk resize --export` has the server read it and tell QEMU; the VM's fio
     # ends its run when its disk has grown
@@ -149,13 +162,20 @@ rc=$?
 took=$(since "$t0")
 cat /tmp/inner.log
 echo "lab guest: the inner VM ran ${took} s (qemu exit $rc)"
-echo "the inner VM (TCG under TCG) on vhost-user-blk and $DEV booted, made ext4 on each, wrote 8 MiB + 21 files on each, ran fio verify through a memory hot-plug, a link flap, a target drop, the server's kill and a resize, and powered off in ${took} s" > "$LAB_OUT/nested-time.txt"
+echo "the inner VM (TCG under TCG) on vhost-user-blk and $DEV booted, made ext4 on each, wrote 8 MiB + 21 files on each, ran fio verify through a memory hot-plug, a link flap, a target drop, the server's kill, upgrade and a resize, and powered off in ${took} s" > "$LAB_OUT/nested-time.txt"
 [ "$rc" = 0 ] || { cat /tmp/vhost.log; fail "inner qemu: $(cat /tmp/inner-qemu.log)"; }
 # the guest saw LUN 5 grow while its fio ran
 grep -q "export 'srp': resized from 268435456 to 335544320 bytes" /tmp/resize.txt ||
     fail "srp-ublk resize --export: $(cat /tmp/resize.txt)"
 grep -q "inner: RESIZED vhost 524288 -> 655360 sectors" /tmp/inner.log ||
     fail "the VM's vhost-user-blk disk did not grow with LUN 5: $(grep RESIZED /tmp/inner.log)"
+grep -q "export srp: server pid $VPID runs the installed binary again" /tmp/upgrade.txt ||
+    fail "srp-ublk upgrade --export: $(cat /tmp/upgrade.txt)"
+grep -q "upgrade: the export goes over to the binary at" /tmp/vhost.log ||
+    fail "the server's log does not say it was upgraded"
+[ "$(grep -c "serving vhost-user-blk" /tmp/vhost.log)" = 2 ] ||
+    fail "the upgraded server did not serve again: $(grep "serving vhost-user-blk" /tmp/vhost.log)"
+ok "srp-ublk upgrade --export under fio: the server (pid $VPID) serves from a new image, QEMU reconnected, $before memfd descriptors before and after"
 ok "LUN 5 grown by 64 MiB under fio: srp-ublk resize --export told QEMU, the VM's disk went from 524288 to 655360 sectors"
 
 [ "$(grep -c "inner: unmounted" /tmp/inner.log)" = 2 ] ||
@@ -204,7 +224,7 @@ fio_verified /tmp/fio.txt
 grep -E 'err= *[1-9]' /tmp/fio.txt && fail "a fio run in the VM reported I/O errors"
 runs=$(grep -o 'FIO-END exit 0 after [0-9]* run' /tmp/fio.txt | grep -o '[0-9]* run')
 [ "$(grep -c 'err= 0' /tmp/fio.txt)" -ge "${runs% run}" ] || fail "fewer fio results than its $runs(s)"
-ok "fio verify in the VM, $runs(s) through the link flap, the target drop, the kill and the resize: $(grep -o 'WRITE: bw=[^,]*' /tmp/fio.txt | head -1), 0 errors"
+ok "fio verify in the VM, $runs(s) through the link flap, the target drop, the kill, the upgrade and the resize: $(grep -o 'WRITE: bw=[^,]*' /tmp/fio.txt | head -1), 0 errors"
 # check DISK DEV: the file system and the files the VM left on disk DISK, read through DEV
 check() {
     sed -n "/SUMS-BEGIN $1/,/SUMS-END $1/p" /tmp/inner.log | grep -v SUMS | sed 's/\r$//' > /tmp/sums.txt

@@ -6,8 +6,8 @@
 # virtio-blk on /dev/ublkbN (cache.direct=on). The VM makes ext4 on each, writes files and runs fio
 # with verify on the vhost-user-blk disk, during which the lab guest hot-plugs memory into it,
 # flaps the link, drops the target port, kills the server with writes held at the target and
-# starts a new one (QEMU reconnects), and grows the LUN (the VM's disk grows with it); then it
-# powers off and the lab guest checks both file systems and the files: LUN 5's through the
+# starts a new one (QEMU reconnects), upgrades it in place and grows the LUN (the VM's disk grows
+# with it); then it powers off and the lab guest checks both file systems and the files: LUN 5's through the
 # kernel's ib_srp, LUN 1's on /dev/ublkbN (tests/lab/vm/guest-nested.sh). The inner QEMU, its
 # firmware, the kernel, a small initramfs and fio come from the host through a 9p share.
 # NESTED_MODE=bench runs `just bench vm`'s rounds instead (tests/lab/bench/vm-guest.sh).
