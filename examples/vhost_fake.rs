@@ -12,7 +12,7 @@ use srp_ublk::channel::block::{Geometry, WriteCache};
 use srp_ublk::channel::fake::FakeTarget;
 use srp_ublk::channel::{send_slots, Channel, ChannelConfig};
 use srp_ublk::frontend::vhost::{self, Backend, Device};
-use srp_ublk::path::{Connect, Fresh, Path};
+use srp_ublk::path::{FakeRelogin, Path};
 use srp_ublk::rdma::TagBufs;
 use srp_ublk::session::rport::Rport;
 use srp_ublk::session::timers::Timers;
@@ -25,22 +25,6 @@ const DEPTH: u16 = 32;
 const MAX_IO: u32 = 128 << 10;
 /// Data segments a command may carry, as `serve --vhost-user-blk` asks of a target.
 const SEGMENTS: u16 = 32;
-
-/// A reconnect to the fake target: the next login over the same file.
-struct Relogin;
-
-impl Connect for Relogin {
-    type T = FakeTarget;
-    type Error = std::io::Error;
-
-    fn connect(&self, old: &mut FakeTarget) -> Result<Fresh<FakeTarget>, std::io::Error> {
-        Ok(Fresh {
-            t: old.successor(),
-            req_lim: 16,
-            max_imm: 8192,
-        })
-    }
-}
 
 fn main() -> anyhow::Result<()> {
     let filter = std::env::var("SRP_UBLK_LOG").unwrap_or_else(|_| "info".into());
@@ -69,7 +53,13 @@ fn main() -> anyhow::Result<()> {
         let ch = Channel::new(t, ChannelConfig::fake(DEPTH));
         let bufs = TagBufs::new(DEPTH, MAX_IO);
         let rport = Rport::new(Timers::default());
-        paths.push(Path::new(ch, Relogin, bufs, rport, format!("queue {q}"))?);
+        paths.push(Path::new(
+            ch,
+            FakeRelogin,
+            bufs,
+            rport,
+            format!("queue {q}"),
+        )?);
     }
     let seg_max = paths.first().map_or(1, |p| p.max_segments());
     let geo = Geometry {

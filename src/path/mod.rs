@@ -14,12 +14,17 @@
 //! sees the transport.
 
 mod drive;
+#[cfg(any(test, feature = "test-utils"))]
+mod fake;
 mod loan;
 mod session;
 mod spare;
 mod staging;
 #[cfg(test)]
 mod tests;
+
+#[cfg(any(test, feature = "test-utils"))]
+pub use fake::FakeRelogin;
 
 pub use drive::{Sleep, Woken};
 pub use session::SessionLink;

@@ -745,14 +745,18 @@ fn lent_memory_follows_the_device_and_held_segments_are_rekeyed() {
     let descs = descs.to_vec();
     assert_eq!(descs.len(), 2);
     let segs = [descs[0].prefix(2048), descs[1].prefix(2048)];
-    p.submit_segments(
-        3,
-        LUN,
-        crate::wire::scsi::Cdb::read16(0, 8, false),
-        false,
-        &segs,
-    )
-    .expect("submitted");
+    // a read of LBA 0..8 into the two regions' first 2 KiB
+    let read_on_loan = |p: &mut Path<&FakeConnect>, tag: u16| {
+        p.submit_segments(
+            tag,
+            LUN,
+            crate::wire::scsi::Cdb::read16(0, 8, false),
+            false,
+            &segs,
+        )
+        .expect("submitted")
+    };
+    read_on_loan(&mut p, 3);
     service(&mut p, t0);
     let lent = guest.lent();
     // SAFETY: the read completed; nothing else refers to the guest's memory
@@ -762,14 +766,7 @@ fn lent_memory_follows_the_device_and_held_segments_are_rekeyed() {
     // over the reconnect is re-issued to the same keys (not to the tag's own buffer)
     write(&mut p, 1, 0, 0x5c, t0);
     p.ch.transport().faults.hold_rsps = true;
-    p.submit_segments(
-        3,
-        LUN,
-        crate::wire::scsi::Cdb::read16(0, 8, false),
-        false,
-        &segs,
-    )
-    .expect("submitted");
+    read_on_loan(&mut p, 3);
     service(&mut p, t0);
     break_channel(&mut p);
     service(&mut p, t0);
@@ -786,14 +783,7 @@ fn lent_memory_follows_the_device_and_held_segments_are_rekeyed() {
     assert!(got.iter().all(|&b| b == 0x5c), "the re-issued read's data");
     // another device, with a read on the loan held over the reconnect
     p.ch.transport().faults.hold_rsps = true;
-    p.submit_segments(
-        4,
-        LUN,
-        crate::wire::scsi::Cdb::read16(0, 8, false),
-        false,
-        &segs,
-    )
-    .expect("submitted");
+    read_on_loan(&mut p, 4);
     service(&mut p, t0 + Duration::from_secs(1));
     c.device.set(Some(9));
     break_channel(&mut p);

@@ -10,7 +10,7 @@ use crate::channel::block::tests::GEO;
 use crate::channel::fake::FakeTarget;
 use crate::channel::{send_slots, Channel, ChannelConfig};
 use crate::frontend::status::ExportStatus;
-use crate::path::{Connect, Fresh, Path};
+use crate::path::Path;
 use crate::rdma::TagBufs;
 use crate::session::rport::Rport;
 use crate::session::timers::Timers;
@@ -30,20 +30,7 @@ const STATUS: u64 = 0x11_0000;
 /// The first memory region ends here, where the second starts (a buffer may cross).
 const REGION0_END: u64 = 0x40_0000;
 
-pub(super) struct Relog;
-
-impl Connect for Relog {
-    type T = FakeTarget;
-    type Error = std::io::Error;
-
-    fn connect(&self, old: &mut FakeTarget) -> Result<Fresh<FakeTarget>, std::io::Error> {
-        Ok(Fresh {
-            t: old.successor(),
-            req_lim: 16,
-            max_imm: 8192,
-        })
-    }
-}
+pub(super) use crate::path::FakeRelogin as Relog;
 
 struct Rig {
     mem: Arc<GuestMemoryMmap<()>>,
