@@ -95,9 +95,9 @@ fn hup() {
 
 /// SIGUSR2 (`srp-ublk upgrade`): the installed binary, with this server's arguments, in place of
 /// this image (same pid; every descriptor but the standard ones closed with the old image, see
-/// [`close_on_exec`]). A
-/// vhost-user-blk VMM reconnects to the new image and gives it the inflight region: the requests
-/// the old image took and did not answer are taken again. Returns only if that failed.
+/// [`close_on_exec`]). A vhost-user-blk VMM reconnects to the new image and gives it the inflight
+/// region: the requests the old image took and did not answer are taken again. Returns only if
+/// that failed.
 fn usr2() {
     if !UPGRADES.load(Relaxed) {
         return tracing::warn!(

@@ -50,11 +50,13 @@ trap 'kill $srv $vsrv 2>/dev/null; wait $srv $vsrv 2>/dev/null || true' EXIT
 i=0; while { [ ! -S "$sock" ] || [ ! -S "$vsock" ]; } && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 [ -S "$sock" ] || fail "serve did not create $sock: $(cat "$WORK/serve.log")"
 [ -S "$vsock" ] || fail "vhost_fake did not create $vsock: $(cat "$WORK/vhost.log")"
+rm -f "$ROOT"/target/lab/out/vm-sums-*.txt "$ROOT/target/lab/out/vm-vhost.txt"
 t0=$SECONDS
 LAB_SETUP=minimal LAB_MEM=$MEM LAB_QEMU_EXTRA="$blockdev $device $vhost" LAB_TIMEOUT=900 \
     bash "$ROOT/tests/lab/lab.sh" run "$ROOT/tests/lab/vm/guest-fs.sh" || fail "the guest failed"
 echo "vm: guest booted, wrote and powered off in $((SECONDS - t0)) s"
-# check DISK RAW: the file system on RAW clean, and the files the guest wrote on DISK as it wrote them
+# check NAME RAW: the file system on RAW (the guest's NAME disk) clean, and the files the guest
+# wrote on it as it wrote them
 check() {
     cp "$ROOT/target/lab/out/vm-sums-$1.txt" "$WORK/" || fail "the guest recorded no checksums for its $1 disk"
     e2fsck -fn "$2" > "$WORK/fsck-$1.log" 2>&1 || { cat "$WORK/fsck-$1.log"; fail "e2fsck of the $1 disk read back"; }
