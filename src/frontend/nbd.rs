@@ -330,7 +330,13 @@ fn after(ex: &Export, t: &TagReq, r: Result<u32, i32>) -> After {
     // NBD cannot report a short transfer
     match (r, t.next) {
         (Err(e), _) => After::Fail(e),
-        (Ok(resid), _) if resid != 0 => After::Fail(libc::EIO),
+        (Ok(resid), _) if resid != 0 => {
+            tracing::warn!(
+                "NBD: the target left {resid} byte(s) of the request at {} untransferred: EIO",
+                t.off
+            );
+            After::Fail(libc::EIO)
+        }
         (Ok(_), Next::Sync) => After::Submit(BlockOp::Flush, 0, 0, Next::Reply),
         (
             Ok(_),

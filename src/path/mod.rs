@@ -15,16 +15,13 @@
 
 mod drive;
 #[cfg(any(test, feature = "test-utils"))]
-mod fake;
+pub mod fake;
 mod loan;
 mod session;
 mod spare;
 mod staging;
 #[cfg(test)]
 mod tests;
-
-#[cfg(any(test, feature = "test-utils"))]
-pub use fake::FakeRelogin;
 
 pub use drive::{Sleep, Woken};
 pub use session::SessionLink;
@@ -581,8 +578,10 @@ impl<C: Connect> Path<C> {
     fn went_down(&mut self, now: Instant) -> crate::session::rport::DownStep {
         let step = self.rport.down_step(now);
         if step.went_down {
-            let why = self.ch.down().map(|d| crate::Chain(d).to_string());
-            let why = why.unwrap_or_default();
+            let why = self
+                .ch
+                .down()
+                .map_or(String::new(), |d| crate::Chain(d).to_string());
             self.ch.transport().stop();
             self.ch.set_hold(true);
             tracing::warn!(
@@ -782,7 +781,10 @@ fn send<T: Transport>(
         (None, _) => return Err(libc::EINVAL),
     };
     let cmd = to_scsi(lun, op, off, len, geo, buf, scratch)?;
-    ch.submit(tag, cmd).map_err(|_| libc::EIO)
+    ch.submit(tag, cmd).map_err(|e| {
+        tracing::warn!("tag {tag}: the channel refused the command ({e}): EIO");
+        libc::EIO
+    })
 }
 
 /// The buffers' descriptors before a login registered them (keys 0): a channel that starts down

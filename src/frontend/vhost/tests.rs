@@ -30,7 +30,7 @@ const STATUS: u64 = 0x11_0000;
 /// The first memory region ends here, where the second starts (a buffer may cross).
 const REGION0_END: u64 = 0x40_0000;
 
-pub(super) use crate::path::FakeRelogin as Relog;
+pub(super) use crate::path::fake::FakeRelogin as Relog;
 
 struct Rig {
     mem: Arc<GuestMemoryMmap<()>>,
